@@ -1,0 +1,163 @@
+"""``importer``: the command line (argparse; a rich progress bar on a terminal)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+import uvloop
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from importer import runtime
+from importer.exceptions import ImporterError
+from importer.logs import configure_logging
+from importer.models import ConflictStrategy, Counters, InputFormat
+from importer.service import ImportOutcome, ImportRequest, format_for
+from importer.settings import Settings
+from importer.validate import parse_layout
+
+
+def _positive(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def build_parser(settings: Settings) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="importer", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    db = commands.add_parser("db", help="database schema")
+    db.add_subparsers(dest="db_command", required=True).add_parser(
+        "migrate", help="apply schema.sql (idempotent)")
+    imp = commands.add_parser("import", help="import a CSV/JSONL file (plain or .gz)")
+    imp.add_argument("path", type=Path)
+    imp.add_argument("--client-id", type=int, required=True)
+    imp.add_argument("--strategy", type=ConflictStrategy.parse, default=ConflictStrategy.MERGE,
+                     help="merge (default) or discard (ignore is accepted as discard)")
+    imp.add_argument("--layout", type=Path, help="JSON layout: columns, delimiter, encoding")
+    imp.add_argument("--format", choices=[f.value for f in InputFormat],
+                     help="default: from the file name")
+    imp.add_argument("--chunk-size", type=_positive, default=settings.chunk_size)
+    imp.add_argument("--concurrency", type=_positive, default=settings.concurrency)
+    imp.add_argument("--errors-out", type=Path, help="write the error report (CSV) here")
+    imp.add_argument("--user-id")
+    imp.add_argument("--international", action="store_true",
+                     help="phones carry their +country code (no default region)")
+    imp.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    return parser
+
+
+class TerminalProgress:
+    """A live bar: rows, rows/s, ETA (by bytes) and invalid rows so far; updated per batch."""
+
+    def __init__(self, console: Console) -> None:
+        self._bar = Progress(
+            TextColumn("[bold]importing"), BarColumn(), TextColumn("{task.fields[rows]:>12,} rows"),
+            TextColumn("{task.fields[rate]:>9,.0f} rows/s"), TimeRemainingColumn(),
+            TextColumn("invalid {task.fields[invalid]:,}"), console=console, transient=True,
+        )
+        self._task: TaskID | None = None
+        self._started = time.perf_counter()
+
+    def __enter__(self) -> TerminalProgress:
+        self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.stop()
+
+    def on_start(self, bytes_total: int | None) -> None:
+        self._started = time.perf_counter()
+        self._task = self._bar.add_task("import", total=bytes_total, rows=0, rate=0.0, invalid=0)
+
+    def on_batch(self, counters: Counters, bytes_read: int) -> None:
+        if self._task is None:
+            return
+        elapsed = max(time.perf_counter() - self._started, 1e-6)
+        self._bar.update(self._task, completed=bytes_read, rows=counters.rows_read,
+                         rate=counters.rows_read / elapsed, invalid=counters.invalid)
+
+
+def outcome_document(outcome: ImportOutcome) -> dict[str, object]:
+    c = outcome.counters
+    document: dict[str, object] = {
+        "job_id": str(outcome.job_id), "status": outcome.status.value,
+        "rows_read": c.rows_read, "inserted": c.inserted, "updated": c.updated,
+        "invalid": c.invalid, "error": c.error, "ignored": c.ignored,
+        "elapsed_s": round(outcome.elapsed_s, 3),
+        "rows_per_s": round(c.rows_read / outcome.elapsed_s, 1) if outcome.elapsed_s else 0.0,
+    }
+    if outcome.fail_reason is not None:
+        document["fail_reason"] = outcome.fail_reason
+    return document
+
+
+def summary_table(outcome: ImportOutcome) -> Table:
+    table = Table(title=f"import {outcome.job_id}", show_header=False)
+    for key, value in outcome_document(outcome).items():
+        table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
+    return table
+
+
+def _request(args: argparse.Namespace) -> ImportRequest:
+    layout_document = None
+    layout = None
+    if args.layout is not None:
+        layout_document = orjson.loads(args.layout.read_bytes())
+        if not isinstance(layout_document, dict):
+            raise ImporterError("the layout file must hold a JSON object")
+        layout = parse_layout(layout_document)
+    input_format = InputFormat(args.format) if args.format else format_for(args.path.name)
+    return ImportRequest(
+        client_id=args.client_id, strategy=args.strategy, input_format=input_format,
+        chunk_size=args.chunk_size, concurrency=args.concurrency, layout=layout,
+        layout_document=layout_document, user_id=args.user_id, international=args.international,
+    )
+
+
+def _import(settings: Settings, args: argparse.Namespace) -> int:
+    request = _request(args)
+    console = Console(stderr=True)
+    show_bar = console.is_terminal and not args.json
+    if show_bar:
+        with TerminalProgress(console) as progress:
+            outcome = uvloop.run(
+                runtime.run_import(settings, args.path, request, progress, args.errors_out))
+    else:
+        outcome = uvloop.run(
+            runtime.run_import(settings, args.path, request, None, args.errors_out))
+    if args.json:
+        sys.stdout.write(orjson.dumps(outcome_document(outcome)).decode() + "\n")
+    else:
+        Console().print(summary_table(outcome))
+    return 0 if outcome.succeeded else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = Settings.from_environ(os.environ)
+    args = build_parser(settings).parse_args(argv)
+    configure_logging(settings.log_format, settings.log_level)
+    try:
+        if args.command == "db":
+            uvloop.run(runtime.run_migrate(settings))
+            print("schema applied", file=sys.stderr)
+            return 0
+        return _import(settings, args)
+    except ImporterError as exc:
+        print(f"importer: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, orjson.JSONDecodeError) as exc:
+        print(f"importer: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""One exception root; each subclass's docstring is its default message."""
+
+from __future__ import annotations
+
+from importer.models import Reason
+
+
+class ImporterError(Exception):
+    """An importer error occurred."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ConfigurationError(ImporterError):
+    """The configuration is invalid."""
+
+
+class LayoutError(ImporterError):
+    """The import layout is invalid."""
+
+
+class FileRejectedError(ImporterError):
+    """The file cannot be imported."""
+
+    def __init__(self, reason: Reason, detail: str | None = None) -> None:
+        super().__init__(detail or reason.value)
+        self.reason = reason
+        self.detail = detail or reason.value
+
+
+class JobNotFoundError(ImporterError):
+    """The import job does not exist."""
+
+
+class IllegalTransitionError(ImporterError):
+    """The job cannot move to that status from its current one."""
+
+
+class StoreError(ImporterError):
+    """The database refused or lost an operation."""
+
+
+class TransientStoreError(StoreError):
+    """The database operation failed for a reason that may pass (connection, lock, deadlock)."""
+
+
+class BatchAlreadyAppliedError(ImporterError):
+    """This chunk was already applied: the repeat is a no-op."""
+
+
+class ImportCancelledError(ImporterError):
+    """The import was cancelled."""

@@ -1,0 +1,227 @@
+"""Domain values shared by every layer: frozen dataclasses and str enums.
+
+Enum values equal the values stored by ``schema.sql``; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+
+
+class JobStatus(enum.StrEnum):
+    UPLOADING = "uploading"
+    UPLOADED = "uploaded"
+    QUEUED = "queued"
+    NORMALIZING = "normalizing"
+    READY = "ready"
+    IMPORTING = "importing"
+    COMPLETED = "completed"
+    COMPLETED_WITH_PLACEHOLDERS = "completed_with_placeholders"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset(
+    {
+        JobStatus.COMPLETED,
+        JobStatus.COMPLETED_WITH_PLACEHOLDERS,
+        JobStatus.FAILED,
+        JobStatus.CANCELLED,
+    }
+)
+
+
+class ConflictStrategy(enum.StrEnum):
+    """How a row whose key already exists is applied (SPEC "Conflict strategies")."""
+
+    MERGE = "merge"
+    DISCARD = "discard"
+
+    @classmethod
+    def parse(cls, raw: str) -> ConflictStrategy:
+        """Accept the form's legacy name ``IGNORE`` as DISCARD, case-insensitively."""
+        value = raw.strip().lower()
+        if value == "ignore":
+            return cls.DISCARD
+        return cls(value)
+
+
+class InputFormat(enum.StrEnum):
+    CSV = "csv"
+    JSONL = "jsonl"
+
+
+class Channel(enum.IntEnum):
+    """``contact_details.channel_id`` values (seed 003)."""
+
+    PHONE = 1
+    WHATSAPP = 2
+    EMAIL = 3
+    JOURNEY = 4
+
+
+class Attribute(enum.StrEnum):
+    """Contact columns a file column can map to."""
+
+    NAME = "name"
+    CPF_CNPJ = "cpf_cnpj"
+    STREET_ADDRESS = "street_address"
+
+
+class Reason(enum.StrEnum):
+    """Stable reason codes of the per-row error report and of file-level failures."""
+
+    # row invalid
+    MISSING_CPF_CNPJ = "missing_cpf_cnpj"
+    INVALID_CPF_CNPJ_FORMAT = "invalid_cpf_cnpj_format"
+    INVALID_CPF = "invalid_cpf"
+    INVALID_CNPJ = "invalid_cnpj"
+    TOO_MANY_FIELDS = "too_many_fields"
+    TOO_FEW_FIELDS = "too_few_fields"
+    FIELD_TOO_LONG = "field_too_long"
+    INVALID_ENCODING = "invalid_encoding"
+    NUL_BYTE = "nul_byte"
+    MALFORMED_JSON = "malformed_json"
+    NOT_AN_OBJECT = "not_an_object"
+    # warnings: the value is dropped, the row imports
+    INVALID_PHONE = "invalid_phone"
+    INVALID_EMAIL = "invalid_email"
+    VALUE_TOO_LONG = "value_too_long"
+    # row error: applied rows lost after all retries
+    CHUNK_DISCARDED = "chunk_discarded"
+    # file level
+    EMPTY_FILE = "empty_file"
+    MISSING_REQUIRED_COLUMN = "missing_required_column"
+    DUPLICATE_COLUMN = "duplicate_column"
+    UNSUPPORTED_ENCODING = "unsupported_encoding"
+    FILE_TOO_LARGE = "file_too_large"
+    DECOMPRESSED_TOO_LARGE = "decompressed_too_large"
+    CHECKSUM_MISMATCH = "checksum_mismatch"
+    INVALID_LAYOUT = "invalid_layout"
+    TOO_MANY_COLUMNS = "too_many_columns"
+    SOURCE_UNREADABLE = "source_unreadable"
+    INTERNAL_ERROR = "internal_error"
+
+
+WARNING_REASONS = frozenset({Reason.INVALID_PHONE, Reason.INVALID_EMAIL, Reason.VALUE_TOO_LONG})
+
+
+class Severity(enum.StrEnum):
+    INVALID = "invalid"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class Phone:
+    """A phone number normalized to E.164."""
+
+    e164: str
+    country_code: int
+    country: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Detail:
+    """One channel value of a row (``contact_details``)."""
+
+    channel: Channel
+    value: str
+    country_code: int | None = None
+    country: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RowIssue:
+    """An invalid row or a warning, as it goes to the per-row error table."""
+
+    line: int
+    column: str | None
+    reason: Reason
+    value: str | None
+    severity: Severity
+
+
+@dataclass(frozen=True, slots=True)
+class ContactRow:
+    """A valid row, normalized: its key and the values it brings (empty values are None)."""
+
+    line: int
+    cpf_cnpj: str
+    name: str | None
+    street_address: str | None
+    details: tuple[Detail, ...] = ()
+    custom_fields: tuple[tuple[str, str], ...] = ()  # (custom field name, value)
+
+
+@dataclass(slots=True)
+class Counters:
+    """The job's row accounting; ``rows_read`` always equals the sum of the other five."""
+
+    rows_read: int = 0
+    inserted: int = 0
+    updated: int = 0
+    invalid: int = 0
+    error: int = 0
+    ignored: int = 0
+
+    def add(self, other: Counters) -> None:
+        self.rows_read += other.rows_read
+        self.inserted += other.inserted
+        self.updated += other.updated
+        self.invalid += other.invalid
+        self.error += other.error
+        self.ignored += other.ignored
+
+    @property
+    def balanced(self) -> bool:
+        total = self.inserted + self.updated + self.invalid + self.error + self.ignored
+        return self.rows_read == total
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """An import job as stored in ``import_job``."""
+
+    id: uuid.UUID
+    client_id: int
+    status: JobStatus
+    strategy: ConflictStrategy
+    source: str
+    input_format: InputFormat
+    chunk_size: int
+    partitions: int
+    user_id: str | None = None
+    fail_reason: str | None = None
+    counters: Counters = field(default_factory=Counters)
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The rows of one chunk that fall in one key partition: the unit of commit.
+
+    Partition 0 also carries the chunk's invalid rows and every issue of the chunk, so each
+    row read is counted by exactly one batch.
+    """
+
+    chunk_no: int
+    partition: int
+    first_line: int
+    end_offset: int
+    rows: tuple[ContactRow, ...]
+    issues: tuple[RowIssue, ...] = ()
+    invalid: int = 0
+
+    @property
+    def rows_read(self) -> int:
+        return len(self.rows) + self.invalid
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.chunk_no, self.partition)

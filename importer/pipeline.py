@@ -1,0 +1,439 @@
+"""The import pipeline: one reader task → bounded queues → N consumer tasks.
+
+The reader streams the source, decodes, parses and validates it, cuts the records into chunks of
+``chunk_size`` and splits every chunk by key partition (``crc32(key) % partitions``). Consumer
+``p`` owns partition ``p`` and applies its batches strictly in chunk order, so the rows of one key
+always reach the database in file order, through one connection, whatever the chunk size or the
+number of consumers. Each batch commits its writes, its counters and its ledger mark together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from importer import lifecycle
+from importer.exceptions import FileRejectedError, StoreError, TransientStoreError
+from importer.models import (
+    Batch,
+    ContactRow,
+    Counters,
+    InputFormat,
+    Job,
+    JobStatus,
+    Reason,
+    RowIssue,
+)
+from importer.ports import Finalized, Progress, Source, Store
+from importer.reader import (
+    CsvReader,
+    FileRejected,
+    GzipInflater,
+    JsonlReader,
+    JsonRecord,
+    RawRecord,
+    sniff,
+)
+from importer.settings import Limits
+from importer.validate import (
+    Layout,
+    RowBuilder,
+    RowPlan,
+    plan_for_header,
+    plan_for_keys,
+    plan_for_positions,
+    record_issue,
+)
+
+log = structlog.get_logger("importer.pipeline")
+
+_SNIFF_BYTES = 64 * 1024
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineConfig:
+    limits: Limits
+    layout: Layout | None = None
+    international: bool = False
+    read_block_bytes: int = 256 * 1024
+    queue_depth: int = 2
+    max_batch_attempts: int = 4
+
+
+class NullProgress:
+    def on_start(self, bytes_total: int | None) -> None:
+        pass
+
+    def on_batch(self, counters: Counters, bytes_read: int) -> None:
+        pass
+
+
+def partition_of(key: str, partitions: int) -> int:
+    """The key partition of a normalized key: stable across runs, processes and versions."""
+    return zlib.crc32(key.encode()) % partitions
+
+
+# --- source → records -------------------------------------------------------------------------
+
+
+class _ByteCounter:
+    __slots__ = ("read",)
+
+    def __init__(self) -> None:
+        self.read = 0
+
+
+async def _decompressed(
+    source: Source, limits: Limits, block_size: int, counter: _ByteCounter
+) -> AsyncIterator[bytes]:
+    """Source blocks, inflated when gzip, with the file-size and expansion caps enforced."""
+    inflater: GzipInflater | None = None
+    first = True
+    async for block in source.blocks(block_size):
+        counter.read += len(block)
+        if counter.read > limits.max_file_bytes:
+            raise FileRejectedError(Reason.FILE_TOO_LARGE, f"more than {limits.max_file_bytes} bytes")
+        if first:
+            first = False
+            if block.startswith(_GZIP_MAGIC) or source.name.endswith(".gz"):
+                inflater = GzipInflater(limits.max_decompressed_bytes)
+        yield inflater.feed(block) if inflater is not None else block
+    if inflater is not None:
+        yield inflater.finish()
+
+
+async def _records(
+    source: Source, input_format: InputFormat, config: PipelineConfig, counter: _ByteCounter
+) -> AsyncIterator[Sequence[RawRecord | JsonRecord]]:
+    """Decoded records in file order, in the lists the reader returns them."""
+    layout = config.layout
+    blocks = _decompressed(source, config.limits, config.read_block_bytes, counter)
+    head = bytearray()
+    reader: CsvReader | JsonlReader | None = None
+    async for block in blocks:
+        if reader is None:
+            head += block
+            if len(head) < _SNIFF_BYTES:
+                continue
+            reader = _reader(bytes(head), input_format, layout, config.limits)
+            block = bytes(head)
+        yield reader.feed(block)
+    if reader is None:
+        reader = _reader(bytes(head), input_format, layout, config.limits)
+        yield reader.feed(bytes(head))
+    yield reader.finish()
+
+
+def _reader(
+    sample: bytes, input_format: InputFormat, layout: Layout | None, limits: Limits
+) -> CsvReader | JsonlReader:
+    try:
+        sniffed = sniff(
+            sample,
+            encoding=layout.encoding if layout else None,
+            delimiter=layout.delimiter if layout else None,
+        )
+    except FileRejected as exc:
+        raise FileRejectedError(exc.reason, exc.detail) from exc
+    if input_format is InputFormat.JSONL:
+        return JsonlReader(
+            sniffed, max_field_chars=limits.max_field_chars, max_record_chars=limits.max_record_chars
+        )
+    return CsvReader(
+        sniffed, max_field_chars=limits.max_field_chars, max_record_chars=limits.max_record_chars
+    )
+
+
+# --- records → chunks → batches ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _ChunkBuffer:
+    """The chunk being filled: valid rows per partition, the issues and the invalid count."""
+
+    partitions: int
+    chunk_no: int = 0
+    first_line: int = 0
+    end_offset: int = 0
+    count: int = 0
+    invalid: int = 0
+    rows: list[list[ContactRow]] = field(default_factory=list)
+    issues: list[RowIssue] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rows = [[] for _ in range(self.partitions)]
+
+    def add(self, line: int, end_offset: int, row: ContactRow | None, issues: list[RowIssue]) -> None:
+        if self.count == 0:
+            self.first_line = line
+        self.count += 1
+        self.end_offset = end_offset
+        if issues:
+            self.issues.extend(issues)
+        if row is None:
+            self.invalid += 1
+        else:
+            self.rows[partition_of(row.cpf_cnpj, self.partitions)].append(row)
+
+    def cut(self) -> list[Batch]:
+        """The chunk's batches, one per partition (empty ones too: every partition marks it)."""
+        batches = [
+            Batch(
+                chunk_no=self.chunk_no,
+                partition=p,
+                first_line=self.first_line,
+                end_offset=self.end_offset,
+                rows=tuple(rows),
+                issues=tuple(self.issues) if p == 0 else (),
+                invalid=self.invalid if p == 0 else 0,
+            )
+            for p, rows in enumerate(self.rows)
+        ]
+        self.chunk_no += 1
+        self.count = self.invalid = 0
+        self.rows = [[] for _ in range(self.partitions)]
+        self.issues = []
+        return batches
+
+
+class Chunker:
+    """Records → batches: finds the header, builds rows, cuts chunks of ``chunk_size`` records.
+
+    Pure apart from asking for custom fields: :attr:`new_custom_names` lists the names seen since
+    the last call of :meth:`take_new_custom_names`, so the caller can create them first.
+    """
+
+    def __init__(self, job: Job, config: PipelineConfig) -> None:
+        self._job = job
+        self._config = config
+        self._buffer = _ChunkBuffer(job.partitions)
+        self._csv_builder: RowBuilder | None = None
+        self._json_builders: dict[tuple[str, ...], RowBuilder] = {}
+        self._known_custom: set[str] = set()
+        self._new_custom: list[str] = []
+        self.header_seen = False
+
+    def take_new_custom_names(self) -> list[str]:
+        names, self._new_custom = self._new_custom, []
+        return names
+
+    def feed(self, records: Iterable[RawRecord | JsonRecord]) -> list[Batch]:
+        batches: list[Batch] = []
+        size = self._job.chunk_size
+        buffer = self._buffer
+        for record in records:
+            if isinstance(record, JsonRecord):
+                row, issues = self._json_row(record)
+            else:
+                if self._csv_builder is None:
+                    if self._start_csv(record):
+                        continue
+                row, issues = self._csv_row(record)
+            buffer.add(record.line, record.end_offset, row, issues)
+            if buffer.count >= size:
+                batches.extend(buffer.cut())
+        return batches
+
+    def finish(self) -> list[Batch]:
+        if self._csv_builder is None and self._job.input_format is InputFormat.CSV:
+            if not self.header_seen:
+                raise FileRejectedError(Reason.EMPTY_FILE, "the file has no records")
+        return self._buffer.cut() if self._buffer.count else []
+
+    @property
+    def chunks_cut(self) -> int:
+        return self._buffer.chunk_no
+
+    def _start_csv(self, record: RawRecord) -> bool:
+        """Build the plan from the header (True: the record was the header) or by position."""
+        layout = self._config.layout
+        if record.fields is None:
+            raise FileRejectedError(record.reason or Reason.INVALID_ENCODING,
+                                    f"the header on line {record.line} is unreadable")
+        self.header_seen = True
+        if layout is not None and not layout.has_header:
+            plan = plan_for_positions(len(record.fields), layout)
+            self._csv_builder = self._builder(plan)
+            return False
+        plan = plan_for_header(record.fields, layout, self._config.limits.max_columns)
+        self._csv_builder = self._builder(plan)
+        return True
+
+    def _builder(self, plan: RowPlan) -> RowBuilder:
+        for name in plan.custom_names:
+            if name.lower() not in self._known_custom:
+                self._known_custom.add(name.lower())
+                self._new_custom.append(name)
+        return RowBuilder(
+            plan,
+            international=self._config.international,
+            max_value_chars=self._config.limits.max_value_chars,
+        )
+
+    def _csv_row(self, record: RawRecord) -> tuple[ContactRow | None, list[RowIssue]]:
+        if record.fields is None:
+            return None, [record_issue(record.line, record.reason or Reason.INVALID_ENCODING,
+                                       record.raw)]
+        assert self._csv_builder is not None
+        return self._csv_builder.build(record.line, record.fields)
+
+    def _json_row(self, record: JsonRecord) -> tuple[ContactRow | None, list[RowIssue]]:
+        self.header_seen = True
+        if record.values is None:
+            return None, [record_issue(record.line, record.reason or Reason.MALFORMED_JSON,
+                                       record.raw)]
+        keys = tuple(record.values)
+        builder = self._json_builders.get(keys)
+        if builder is None:
+            builder = self._builder(plan_for_keys(keys, self._config.layout))
+            if len(self._json_builders) < 1024:  # bounded: hostile files vary their keys
+                self._json_builders[keys] = builder
+        return builder.build(record.line, list(record.values.values()))
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RunState:
+    """What the run learned, shared by its tasks (one event loop: no locks needed)."""
+
+    counters: Counters = field(default_factory=Counters)
+    bytes_read: int = 0
+    failure: FileRejectedError | None = None
+
+
+class ImportRun:
+    """One job's pipeline run. ``stop`` asks it to finish its in-flight batches and return."""
+
+    def __init__(
+        self,
+        job: Job,
+        source: Source,
+        store: Store,
+        config: PipelineConfig,
+        progress: Progress | None = None,
+        stop: asyncio.Event | None = None,
+    ) -> None:
+        self.job = job
+        self._source = source
+        self._store = store
+        self._config = config
+        self._progress: Progress = progress or NullProgress()
+        self.stop = stop or asyncio.Event()
+        self.state = RunState()
+        self._counter = _ByteCounter()
+        self._queues: list[asyncio.Queue[Batch | None]] = [
+            asyncio.Queue(config.queue_depth) for _ in range(job.partitions)
+        ]
+
+    async def run(self) -> Finalized | None:
+        """Run to the end: the finalization's result, or None when stopped before the end."""
+        store = self._store
+        await store.transition(self.job.id, JobStatus.NORMALIZING)
+        self._progress.on_start(self._source.size)
+        done = await store.done_batches(self.job.id)
+        await self._supervise(done)
+        if self.state.failure is not None:
+            failure = self.state.failure
+            log.warning("import_rejected", job_id=str(self.job.id), reason=failure.reason.value,
+                        detail=failure.detail)
+            return await store.finalize(self.job.id, failure.reason.value)
+        if self.stop.is_set():
+            return None
+        return await store.finalize(self.job.id, None)
+
+    async def _supervise(self, done: frozenset[tuple[int, int]]) -> None:
+        """Run the reader and the consumers; if one dies, stop the others and re-raise."""
+        tasks = [asyncio.create_task(self._read(done), name=f"reader:{self.job.id}")]
+        tasks += [
+            asyncio.create_task(self._consume(p), name=f"consumer:{self.job.id}:{p}")
+            for p in range(self.job.partitions)
+        ]
+        try:
+            pending: set[asyncio.Task[None]] = set(tasks)
+            while pending:
+                finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+                for task in finished:
+                    if task.exception() is not None:
+                        raise task.exception()  # type: ignore[misc]
+        finally:
+            for task in tasks:
+                if not task.done():
+                    task.cancel()  # last resort: a sibling failed
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _read(self, done: frozenset[tuple[int, int]]) -> None:
+        chunker = Chunker(self.job, self._config)
+        started = False
+        try:
+            async for records in _records(self._source, self.job.input_format, self._config,
+                                          self._counter):
+                batches = chunker.feed(records)
+                started = await self._ensure_started(chunker, started)
+                await self._submit(batches, done)
+                if self.stop.is_set():
+                    return
+            batches = chunker.finish()
+            started = await self._ensure_started(chunker, started)
+            await self._submit(batches, done)
+        except FileRejectedError as exc:
+            self.state.failure = exc
+        # Not in a `finally`: a cancelled reader must not block on a dead consumer's full queue.
+        for queue in self._queues:
+            await queue.put(None)
+
+    async def _ensure_started(self, chunker: Chunker, started: bool) -> bool:
+        """Create new custom fields before any batch using them; enter ``importing`` once."""
+        names = chunker.take_new_custom_names()
+        if names:
+            created = await self._store.ensure_custom_fields(self.job, names)
+            if created:
+                log.info("custom_fields_created", job_id=str(self.job.id), created=created)
+        if not started and chunker.header_seen:
+            await self._store.transition(self.job.id, JobStatus.IMPORTING)
+            return True
+        return started
+
+    async def _submit(self, batches: list[Batch], done: frozenset[tuple[int, int]]) -> None:
+        self.state.bytes_read = self._counter.read
+        for batch in batches:
+            if batch.key not in done:
+                await self._queues[batch.partition].put(batch)
+
+    async def _consume(self, partition: int) -> None:
+        queue = self._queues[partition]
+        store = self._store
+        while (batch := await queue.get()) is not None:
+            counters = await self._apply(store, batch)
+            self.state.counters.add(counters)
+            self._progress.on_batch(self.state.counters, self.state.bytes_read)
+
+    async def _apply(self, store: Store, batch: Batch) -> Counters:
+        """Apply with retries; a batch that keeps failing is recorded as discarded."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                counters = await store.apply_batch(self.job, batch)
+            except TransientStoreError as exc:
+                if lifecycle.should_retry(attempt, self._config.max_batch_attempts, True):
+                    log.warning("batch_retry", job_id=str(self.job.id), chunk=batch.chunk_no,
+                                partition=batch.partition, attempt=attempt, error=str(exc))
+                    await asyncio.sleep(lifecycle.retry_delay(attempt))
+                    continue
+                return await self._discard(store, batch, attempt, exc)
+            except StoreError as exc:  # the database refused the content: retrying cannot help
+                return await self._discard(store, batch, attempt, exc)
+            return counters if counters is not None else Counters()
+
+    async def _discard(self, store: Store, batch: Batch, attempts: int, exc: Exception) -> Counters:
+        log.error("batch_discarded", job_id=str(self.job.id), chunk=batch.chunk_no,
+                  partition=batch.partition, attempts=attempts, error=str(exc))
+        await store.discard_batch(self.job, batch, attempts, str(exc))
+        return lifecycle.discarded_counters(batch)

@@ -1,0 +1,82 @@
+"""Settings built once from an injected environment mapping (12-factor)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from importer.exceptions import ConfigurationError
+
+DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+# Rows per chunk: large enough that per-transaction round trips are noise next to the rows' work.
+DEFAULT_CHUNK_SIZE = 2000
+# Consumers (and key partitions) per import: enough to keep both cores of the database busy.
+DEFAULT_CONCURRENCY = 4
+# Bytes read from the source per block.
+DEFAULT_READ_BLOCK = 256 * 1024
+# Chunks buffered between the reader and each consumer: bounds memory whatever the file size.
+DEFAULT_QUEUE_DEPTH = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Input limits; each protects memory or the database from a hostile file."""
+
+    max_file_bytes: int = 20 * 1024**3
+    max_decompressed_bytes: int = 40 * 1024**3
+    max_record_chars: int = 1024 * 1024
+    max_field_chars: int = 64 * 1024
+    max_columns: int = 512
+    max_value_chars: int = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    database_url: str = DEFAULT_DATABASE_URL
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    concurrency: int = DEFAULT_CONCURRENCY
+    read_block_bytes: int = DEFAULT_READ_BLOCK
+    queue_depth: int = DEFAULT_QUEUE_DEPTH
+    max_batch_attempts: int = 4
+    log_format: str = "console"
+    log_level: str = "warning"
+    limits: Limits = Limits()
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> Settings:
+        """Read ``DATABASE_URL`` and the ``IMPORTER_*`` variables; unset ones keep their default."""
+        d = _DEFAULT_LIMITS
+        limits = Limits(
+            max_file_bytes=_int(environ, "IMPORTER_MAX_FILE_BYTES", d.max_file_bytes),
+            max_decompressed_bytes=_int(
+                environ, "IMPORTER_MAX_DECOMPRESSED_BYTES", d.max_decompressed_bytes
+            ),
+            max_record_chars=_int(environ, "IMPORTER_MAX_RECORD_CHARS", d.max_record_chars),
+            max_field_chars=_int(environ, "IMPORTER_MAX_FIELD_CHARS", d.max_field_chars),
+            max_columns=_int(environ, "IMPORTER_MAX_COLUMNS", d.max_columns),
+            max_value_chars=_int(environ, "IMPORTER_MAX_VALUE_CHARS", d.max_value_chars),
+        )
+        return cls(
+            database_url=environ.get("DATABASE_URL", DEFAULT_DATABASE_URL),
+            chunk_size=_int(environ, "IMPORTER_CHUNK_SIZE", DEFAULT_CHUNK_SIZE),
+            concurrency=_int(environ, "IMPORTER_CONCURRENCY", DEFAULT_CONCURRENCY),
+            log_format=environ.get("IMPORTER_LOG_FORMAT", "console"),
+            log_level=environ.get("IMPORTER_LOG_LEVEL", "warning"),
+            limits=limits,
+        )
+
+
+_DEFAULT_LIMITS = Limits()
+
+
+def _int(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
+    if value < 1:
+        raise ConfigurationError(f"{name} must be at least 1, got {value}")
+    return value

@@ -1,0 +1,229 @@
+-- Named queries, loaded once by importer/sql/__init__.py. Every value is a bound parameter.
+
+-- name: create_stage_tables
+-- Per-connection staging, emptied at every commit. Only valid, normalized rows are staged.
+CREATE TEMP TABLE IF NOT EXISTS stage_contact (
+    line int NOT NULL, cpf_cnpj text NOT NULL, name text, street_address text
+) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS stage_detail (
+    line int NOT NULL, cpf_cnpj text NOT NULL, channel_id smallint NOT NULL, value text NOT NULL,
+    country_code int, country text
+) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS stage_custom (
+    line int NOT NULL, cpf_cnpj text NOT NULL, custom_field_id int NOT NULL, value text NOT NULL
+) ON COMMIT DELETE ROWS;
+
+-- name: claim_batch
+-- The ledger row goes first: a repeated (job, chunk, partition) finds it and becomes a no-op.
+INSERT INTO import_chunk (job_id, chunk_no, partition, status, first_line, end_offset)
+VALUES ($1, $2, $3, 'applying', $4, $5)
+ON CONFLICT (job_id, chunk_no, partition) DO NOTHING
+RETURNING 1;
+
+-- name: complete_batch
+UPDATE import_chunk
+SET status = $4, rows_read = $5, inserted = $6, updated = $7, invalid = $8, error = $9,
+    ignored = $10, attempts = $11, error_message = $12, done_at = now()
+WHERE job_id = $1 AND chunk_no = $2 AND partition = $3;
+
+-- name: merge_batch
+-- MERGE: per key, the last non-empty value by line wins for name, street_address and custom
+-- fields, over earlier rows and over the stored value; channels are a union. Keys are locked in
+-- sorted order so two imports of one client never deadlock. Returns how many keys were new.
+WITH src AS (
+    SELECT cpf_cnpj,
+           (array_agg(name ORDER BY line DESC) FILTER (WHERE name IS NOT NULL))[1] AS name,
+           (array_agg(street_address ORDER BY line DESC)
+               FILTER (WHERE street_address IS NOT NULL))[1] AS street_address
+    FROM stage_contact
+    GROUP BY cpf_cnpj
+),
+upserted AS (
+    INSERT INTO contact AS c (client_id, cpf_cnpj, name, street_address, import_job_id)
+    SELECT $1, cpf_cnpj, name, street_address, $2 FROM src ORDER BY cpf_cnpj
+    ON CONFLICT (client_id, cpf_cnpj) WHERE cpf_cnpj IS NOT NULL AND deleted_at IS NULL
+    DO UPDATE SET name = COALESCE(EXCLUDED.name, c.name),
+                  street_address = COALESCE(EXCLUDED.street_address, c.street_address),
+                  updated_at = now()
+    RETURNING c.id, c.cpf_cnpj, (c.xmax = 0) AS inserted
+),
+details AS (
+    INSERT INTO contact_details (contact_id, client_id, channel_id, value, country_code, country)
+    SELECT DISTINCT ON (u.id, d.channel_id, d.value)
+           u.id, $1, d.channel_id, d.value, d.country_code, d.country
+    FROM stage_detail d JOIN upserted u USING (cpf_cnpj)
+    ORDER BY u.id, d.channel_id, d.value, d.line
+    ON CONFLICT (contact_id, channel_id, value) WHERE deleted_at IS NULL DO NOTHING
+),
+customs AS (
+    INSERT INTO contact_custom_fields AS f (contact_id, client_id, custom_field_id, value)
+    SELECT DISTINCT ON (u.id, s.custom_field_id) u.id, $1, s.custom_field_id, s.value
+    FROM stage_custom s JOIN upserted u USING (cpf_cnpj)
+    ORDER BY u.id, s.custom_field_id, s.line DESC
+    ON CONFLICT ON CONSTRAINT contact_custom_fields_contact_field_key
+    DO UPDATE SET value = EXCLUDED.value WHERE f.value IS DISTINCT FROM EXCLUDED.value
+)
+SELECT count(*) FILTER (WHERE inserted) FROM upserted;
+
+-- name: discard_batch
+-- DISCARD: a stored key is left alone; otherwise the key's first row (by line) is inserted
+-- with its channels and custom fields. Returns how many keys were new.
+WITH firsts AS (
+    SELECT DISTINCT ON (cpf_cnpj) line, cpf_cnpj, name, street_address
+    FROM stage_contact
+    ORDER BY cpf_cnpj, line
+),
+inserted AS (
+    INSERT INTO contact (client_id, cpf_cnpj, name, street_address, import_job_id)
+    SELECT $1, cpf_cnpj, name, street_address, $2 FROM firsts ORDER BY cpf_cnpj
+    ON CONFLICT (client_id, cpf_cnpj) WHERE cpf_cnpj IS NOT NULL AND deleted_at IS NULL
+    DO NOTHING
+    RETURNING id, cpf_cnpj
+),
+chosen AS (
+    SELECT i.id, i.cpf_cnpj, f.line FROM inserted i JOIN firsts f USING (cpf_cnpj)
+),
+details AS (
+    INSERT INTO contact_details (contact_id, client_id, channel_id, value, country_code, country)
+    SELECT DISTINCT ON (c.id, d.channel_id, d.value)
+           c.id, $1, d.channel_id, d.value, d.country_code, d.country
+    FROM stage_detail d JOIN chosen c ON d.cpf_cnpj = c.cpf_cnpj AND d.line = c.line
+    ORDER BY c.id, d.channel_id, d.value
+    ON CONFLICT (contact_id, channel_id, value) WHERE deleted_at IS NULL DO NOTHING
+),
+customs AS (
+    INSERT INTO contact_custom_fields (contact_id, client_id, custom_field_id, value)
+    SELECT DISTINCT ON (c.id, s.custom_field_id) c.id, $1, s.custom_field_id, s.value
+    FROM stage_custom s JOIN chosen c ON s.cpf_cnpj = c.cpf_cnpj AND s.line = c.line
+    ORDER BY c.id, s.custom_field_id
+    ON CONFLICT ON CONSTRAINT contact_custom_fields_contact_field_key DO NOTHING
+)
+SELECT count(*) FROM inserted;
+
+-- name: create_custom_fields
+-- Creates the client's missing fields; returns the new ones only.
+INSERT INTO custom_field (client_id, name, import_job_id)
+SELECT DISTINCT ON (lower(n)) $1, n, $3 FROM unnest($2::text[]) AS n ORDER BY lower(n), n
+ON CONFLICT (client_id, lower(name)) DO NOTHING
+RETURNING id;
+
+-- name: custom_field_ids
+-- A separate statement from the insert: its fresh snapshot sees fields that a concurrent
+-- import created (and committed) while our insert waited on them.
+SELECT lower(name) AS key, id FROM custom_field
+WHERE client_id = $1 AND lower(name) = ANY(SELECT lower(n) FROM unnest($2::text[]) AS n);
+
+-- name: insert_job
+INSERT INTO import_job (
+    id, client_id, user_id, status, source, input_format, layout, conflict_strategy,
+    chunk_size, partitions, has_internationalization, bytes_total, journey_id,
+    auto_start_journey_mailing
+)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14);
+
+-- name: transition_job
+-- The one guarded place where a job changes status.
+UPDATE import_job
+SET status = $2, updated_at = now(),
+    started_at = CASE WHEN $2 = 'normalizing' THEN coalesce(started_at, now()) ELSE started_at END
+WHERE id = $1 AND status = ANY($3::text[])
+RETURNING status;
+
+-- name: fail_job
+UPDATE import_job
+SET status = 'failed', fail_reason = $2, updated_at = now()
+WHERE id = $1 AND status = ANY($3::text[])
+RETURNING status;
+
+-- name: record_created_fields
+UPDATE import_job SET created_custom_fields = created_custom_fields + $2 WHERE id = $1;
+
+-- name: set_total_chunks
+UPDATE import_job SET total_chunks = $2, updated_at = now() WHERE id = $1;
+
+-- name: get_job
+SELECT * FROM import_job WHERE id = $1;
+
+-- name: done_batches
+SELECT chunk_no, partition FROM import_chunk WHERE job_id = $1 AND status <> 'applying';
+
+-- name: ledger_totals
+SELECT coalesce(sum(rows_read), 0)::bigint AS rows_read,
+       coalesce(sum(inserted), 0)::bigint AS inserted,
+       coalesce(sum(updated), 0)::bigint AS updated,
+       coalesce(sum(invalid), 0)::bigint AS invalid,
+       coalesce(sum(error), 0)::bigint AS error,
+       coalesce(sum(ignored), 0)::bigint AS ignored,
+       count(*)::bigint AS batches
+FROM import_chunk WHERE job_id = $1;
+
+-- name: finalize_job
+-- Exactly once: the guarded status update, the finalization row (its primary key) and the
+-- outbox rows commit together; a second caller finds no row to update and writes nothing.
+WITH totals AS (
+    SELECT coalesce(sum(rows_read), 0) AS rows_read, coalesce(sum(inserted), 0) AS inserted,
+           coalesce(sum(updated), 0) AS updated, coalesce(sum(invalid), 0) AS invalid,
+           coalesce(sum(error), 0) AS error, coalesce(sum(ignored), 0) AS ignored
+    FROM import_chunk WHERE job_id = $1
+),
+job AS (
+    UPDATE import_job j
+    SET status = CASE WHEN $2 = 'failed' THEN 'failed'
+                      WHEN j.created_custom_fields > 0 THEN 'completed_with_placeholders'
+                      ELSE 'completed' END,
+        fail_reason = $3,
+        rows_read = t.rows_read, inserted = t.inserted, updated = t.updated,
+        invalid = t.invalid, error = t.error, ignored = t.ignored,
+        finished_at = $4, updated_at = $4
+    FROM totals t
+    WHERE j.id = $1 AND j.status = ANY($5::text[])
+    RETURNING j.*
+),
+finalized AS (
+    INSERT INTO import_batch_finalized
+        (batch_id, user_id, client_id, total, imported, updated, failed, finalized_at)
+    SELECT id, user_id, client_id, rows_read, inserted, updated, invalid + error, $4 FROM job
+    ON CONFLICT (batch_id) DO NOTHING
+    RETURNING batch_id
+),
+notification AS (
+    INSERT INTO outbox (message_id, topic, payload)
+    SELECT 'notification:' || j.id, 'notification',
+           jsonb_build_object(
+               'type', CASE WHEN j.status = 'failed' THEN 'import_failed'
+                            WHEN j.invalid + j.error = 0 THEN 'import_done'
+                            ELSE 'import_partial' END,
+               'job_id', j.id, 'client_id', j.client_id, 'user_id', j.user_id,
+               'status', j.status, 'fail_reason', j.fail_reason,
+               'rows_read', j.rows_read, 'inserted', j.inserted, 'updated', j.updated,
+               'invalid', j.invalid, 'error', j.error, 'ignored', j.ignored)
+    FROM job j JOIN finalized f ON f.batch_id = j.id
+),
+journey AS (
+    UPDATE journey_classification_contact c
+    SET status = CASE WHEN c.auto_start_journey_mailing THEN 'ACTIVE' ELSE 'PAUSED' END,
+        contact_amount = j.inserted + j.updated, updated_at = $4
+    FROM job j JOIN finalized f ON f.batch_id = j.id
+    WHERE c.import_job_id = j.id AND c.status = 'AWAITING_IMPORT' AND j.status <> 'failed'
+),
+firing AS (
+    UPDATE firing_intent i SET released_at = $4
+    FROM job j JOIN finalized f ON f.batch_id = j.id
+    WHERE i.import_job_id = j.id AND i.released_at IS NULL AND j.status <> 'failed'
+    RETURNING i.id, i.kind
+),
+released AS (
+    INSERT INTO outbox (message_id, topic, payload)
+    SELECT 'firing:' || id,
+           CASE WHEN kind = 'sms' THEN 'sms/firing-intent' ELSE 'hsm/importing-intent' END,
+           CASE WHEN kind = 'email' THEN jsonb_build_object('id', id, 'channelId', 3)
+                ELSE jsonb_build_object('id', id) END
+    FROM firing
+)
+SELECT j.status, j.rows_read, j.inserted, j.updated, j.invalid, j.error, j.ignored
+FROM job j JOIN finalized f ON f.batch_id = j.id;
+
+-- name: row_errors
+SELECT line, column_name, reason, severity, value
+FROM import_row_error WHERE job_id = $1
+ORDER BY line, column_name NULLS FIRST, reason;

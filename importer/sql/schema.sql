@@ -1,0 +1,222 @@
+-- importer schema. Idempotent: applying it twice changes nothing (`importer db migrate`).
+-- Canonical contact tables keep the seed names (seed 003) so existing readers keep working.
+
+CREATE TABLE IF NOT EXISTS contact (
+    id              bigserial PRIMARY KEY,
+    client_id       integer NOT NULL,
+    name            text,
+    cpf_cnpj        text,
+    street_address  text,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    deleted_at      timestamptz,
+    import_job_id   uuid            -- provenance: the import that created the contact
+) WITH (fillfactor = 90);           -- room for the HOT updates MERGE makes
+
+CREATE UNIQUE INDEX IF NOT EXISTS idx_contact_client_cpf_cnpj_unique
+    ON contact (client_id, cpf_cnpj)
+    WHERE cpf_cnpj IS NOT NULL AND deleted_at IS NULL;
+
+CREATE TABLE IF NOT EXISTS contact_details (
+    id            bigserial PRIMARY KEY,
+    contact_id    bigint NOT NULL REFERENCES contact (id),
+    client_id     integer NOT NULL,
+    channel_id    smallint NOT NULL CHECK (channel_id BETWEEN 1 AND 4),  -- 1 phone, 2 whatsapp, 3 email, 4 journey
+    value         text NOT NULL,
+    country_code  integer,
+    country       text,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    deleted_at    timestamptz
+);
+
+-- Channels are a union: one live row per (contact, channel, value).
+CREATE UNIQUE INDEX IF NOT EXISTS contact_details_contact_channel_value_key
+    ON contact_details (contact_id, channel_id, value)
+    WHERE deleted_at IS NULL;
+
+CREATE TABLE IF NOT EXISTS custom_field (
+    id             serial PRIMARY KEY,
+    client_id      integer NOT NULL,
+    name           text NOT NULL,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    import_job_id  uuid             -- the import whose unmapped column created it, if any
+);
+
+CREATE UNIQUE INDEX IF NOT EXISTS custom_field_client_name_key
+    ON custom_field (client_id, lower(name));
+
+CREATE TABLE IF NOT EXISTS contact_custom_fields (
+    id               bigserial PRIMARY KEY,
+    contact_id       bigint NOT NULL REFERENCES contact (id),
+    client_id        integer NOT NULL,
+    custom_field_id  integer NOT NULL REFERENCES custom_field (id),
+    value            text NOT NULL,
+    CONSTRAINT contact_custom_fields_contact_field_key UNIQUE (contact_id, custom_field_id)
+);
+
+-- Import layouts: column (by position or header name) -> attribute, channel or custom field.
+CREATE TABLE IF NOT EXISTS import_layout (
+    id          bigserial PRIMARY KEY,
+    client_id   integer NOT NULL,
+    name        text NOT NULL,
+    delimiter   text CHECK (delimiter IN (',', ';', E'\t', '|')),
+    encoding    text,
+    has_header  boolean NOT NULL DEFAULT true,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE IF NOT EXISTS import_layout_field (
+    id                 bigserial PRIMARY KEY,
+    import_layout_id   bigint NOT NULL REFERENCES import_layout (id) ON DELETE CASCADE,
+    index              integer,
+    index_name         text,
+    contact_attribute  text CHECK (contact_attribute IN ('name', 'cpf_cnpj', 'street_address')),
+    channel_id         smallint CHECK (channel_id BETWEEN 1 AND 4),
+    custom_field_id    integer REFERENCES custom_field (id),
+    CHECK (num_nonnulls(contact_attribute, channel_id, custom_field_id) = 1),
+    CHECK (num_nonnulls(index, index_name) >= 1)
+);
+
+-- Journeys (seed 003 section 9).
+CREATE TABLE IF NOT EXISTS journey (
+    id          bigserial PRIMARY KEY,
+    client_id   integer NOT NULL,
+    name        text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- One row per import job.
+CREATE TABLE IF NOT EXISTS import_job (
+    id                          uuid PRIMARY KEY,
+    client_id                   integer NOT NULL,
+    user_id                     text,
+    kind                        text NOT NULL DEFAULT 'contacts',
+    status                      text NOT NULL CHECK (status IN (
+                                    'uploading', 'uploaded', 'queued', 'normalizing', 'ready',
+                                    'importing', 'completed', 'completed_with_placeholders',
+                                    'failed', 'cancelled')),
+    source                      text NOT NULL,
+    source_size                 bigint,
+    source_sha256               text,
+    input_format                text NOT NULL CHECK (input_format IN ('csv', 'jsonl')),
+    layout                      jsonb,
+    conflict_strategy           text NOT NULL CHECK (conflict_strategy IN ('merge', 'discard')),
+    chunk_size                  integer NOT NULL CHECK (chunk_size >= 1),
+    partitions                  integer NOT NULL CHECK (partitions >= 1),
+    has_sensitive_data          boolean NOT NULL DEFAULT false,
+    has_underage_data           boolean NOT NULL DEFAULT false,
+    data_processing_purpose     text,
+    lgpd_processing_hypothesis  integer,
+    has_internationalization    boolean NOT NULL DEFAULT false,
+    journey_id                  bigint REFERENCES journey (id),
+    auto_start_journey_mailing  boolean,
+    tags                        jsonb,
+    rows_read                   bigint NOT NULL DEFAULT 0,
+    inserted                    bigint NOT NULL DEFAULT 0,
+    updated                     bigint NOT NULL DEFAULT 0,
+    invalid                     bigint NOT NULL DEFAULT 0,
+    error                       bigint NOT NULL DEFAULT 0,
+    ignored                     bigint NOT NULL DEFAULT 0,
+    total_chunks                integer,
+    bytes_total                 bigint,
+    created_custom_fields       integer NOT NULL DEFAULT 0,
+    fail_reason                 text,
+    last_operation_id           text,
+    lease_owner                 text,
+    lease_expires_at            timestamptz,
+    created_at                  timestamptz NOT NULL DEFAULT now(),
+    updated_at                  timestamptz NOT NULL DEFAULT now(),
+    started_at                  timestamptz,
+    finished_at                 timestamptz
+);
+
+CREATE INDEX IF NOT EXISTS import_job_client_created_idx ON import_job (client_id, created_at DESC, id);
+CREATE INDEX IF NOT EXISTS import_job_status_idx ON import_job (status) WHERE status IN ('queued', 'normalizing', 'ready', 'importing');
+
+-- The chunk ledger: a (chunk, key partition)'s writes, counters and done mark commit together.
+CREATE TABLE IF NOT EXISTS import_chunk (
+    job_id         uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
+    chunk_no       integer NOT NULL,
+    partition      integer NOT NULL,
+    status         text NOT NULL CHECK (status IN ('applying', 'done', 'discarded')),
+    first_line     integer NOT NULL,
+    end_offset     bigint NOT NULL,
+    rows_read      integer NOT NULL DEFAULT 0,
+    inserted       integer NOT NULL DEFAULT 0,
+    updated        integer NOT NULL DEFAULT 0,
+    invalid        integer NOT NULL DEFAULT 0,
+    error          integer NOT NULL DEFAULT 0,
+    ignored        integer NOT NULL DEFAULT 0,
+    attempts       integer NOT NULL DEFAULT 1,
+    error_message  text,
+    done_at        timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (job_id, chunk_no, partition),
+    CHECK (rows_read = inserted + updated + invalid + error + ignored)
+);
+
+-- Invalid rows and warnings, with the 1-based physical line where the record starts.
+CREATE TABLE IF NOT EXISTS import_row_error (
+    job_id       uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
+    line         integer NOT NULL,
+    column_name  text,
+    reason       text NOT NULL,
+    severity     text NOT NULL CHECK (severity IN ('invalid', 'warning', 'error')),
+    value        text
+);
+
+CREATE INDEX IF NOT EXISTS import_row_error_job_line_idx ON import_row_error (job_id, line);
+
+-- Seed 000: one finalization row per import; the primary key makes finalization atomic.
+CREATE TABLE IF NOT EXISTS import_batch_finalized (
+    batch_id      uuid PRIMARY KEY REFERENCES import_job (id) ON DELETE CASCADE,
+    user_id       text,
+    client_id     integer NOT NULL,
+    total         bigint NOT NULL,
+    imported      bigint NOT NULL,
+    updated       bigint NOT NULL,
+    failed        bigint NOT NULL,
+    finalized_at  timestamptz NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS import_batch_finalized_user_idx ON import_batch_finalized (user_id, finalized_at);
+
+-- Messages written in the transaction that causes them; a relay publishes them (at least once).
+CREATE TABLE IF NOT EXISTS outbox (
+    id            bigserial PRIMARY KEY,
+    message_id    text NOT NULL UNIQUE,   -- stable: a re-publish carries the same id
+    topic         text NOT NULL,          -- notification, hsm/importing-intent, sms/firing-intent, ...
+    payload       jsonb NOT NULL,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    published_at  timestamptz
+);
+
+CREATE INDEX IF NOT EXISTS outbox_unpublished_idx ON outbox (id) WHERE published_at IS NULL;
+
+-- Seed 003 section 9: the journey's mailing waits for the import.
+CREATE TABLE IF NOT EXISTS journey_classification_contact (
+    id                          bigserial PRIMARY KEY,
+    journey_id                  bigint NOT NULL REFERENCES journey (id),
+    client_id                   integer NOT NULL,
+    import_job_id               uuid NOT NULL UNIQUE REFERENCES import_job (id) ON DELETE CASCADE,
+    description                 text,
+    status                      text NOT NULL CHECK (status IN (
+                                    'AWAITING_IMPORT', 'ACTIVE', 'PAUSED', 'DONE', 'CANCELED', 'EXPIRED')),
+    auto_start_journey_mailing  boolean NOT NULL DEFAULT false,
+    contact_amount              bigint NOT NULL DEFAULT 0,
+    created_at                  timestamptz NOT NULL DEFAULT now(),
+    updated_at                  timestamptz NOT NULL DEFAULT now()
+);
+
+-- Seed 003 section 10: a firing intent released only when its import completes.
+CREATE TABLE IF NOT EXISTS firing_intent (
+    id             bigserial PRIMARY KEY,
+    client_id      integer NOT NULL,
+    kind           text NOT NULL CHECK (kind IN ('hsm', 'email', 'sms')),
+    import_job_id  uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
+    params         jsonb NOT NULL DEFAULT '{}',
+    released_at    timestamptz,
+    created_at     timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX IF NOT EXISTS firing_intent_job_idx ON firing_intent (import_job_id);

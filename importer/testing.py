@@ -1,0 +1,161 @@
+"""The reference model of the import semantics, and an in-memory Store built on it.
+
+:class:`ReferenceModel` applies valid rows one at a time in file order, straight from SPEC
+"Conflict strategies"; it is deliberately naive so it can be read as the specification. Tests
+compare the PostgreSQL result with it; the benchmark uses it to compute the final rows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from importer import lifecycle
+from importer.exceptions import IllegalTransitionError, JobNotFoundError
+from importer.models import (
+    Batch,
+    Channel,
+    ConflictStrategy,
+    ContactRow,
+    Counters,
+    InputFormat,
+    Job,
+    JobStatus,
+    RowIssue,
+)
+from importer.ports import Finalized, NewJob
+
+
+@dataclass(slots=True)
+class ContactState:
+    """One contact as the reference model holds it."""
+
+    name: str | None
+    street_address: str | None
+    details: set[tuple[Channel, str]] = field(default_factory=set)
+    custom_fields: dict[str, str] = field(default_factory=dict)  # lower(field name) → value
+
+
+@dataclass(slots=True)
+class ReferenceModel:
+    """Contacts by (client_id, key); ``apply`` is the semantics of one import, row by row."""
+
+    contacts: dict[tuple[int, str], ContactState] = field(default_factory=dict)
+
+    def apply(
+        self, client_id: int, rows: Iterable[ContactRow], strategy: ConflictStrategy
+    ) -> Counters:
+        """Apply valid rows in file order; return inserted/updated/ignored (rows_read = rows)."""
+        counters = Counters()
+        for row in rows:
+            counters.rows_read += 1
+            key = (client_id, row.cpf_cnpj)
+            existing = self.contacts.get(key)
+            if existing is None:
+                self.contacts[key] = _new_contact(row)
+                counters.inserted += 1
+            elif strategy is ConflictStrategy.MERGE:
+                _merge_into(existing, row)
+                counters.updated += 1
+            else:
+                counters.ignored += 1
+        return counters
+
+    def client_state(self, client_id: int) -> dict[str, ContactState]:
+        return {key: state for (client, key), state in self.contacts.items() if client == client_id}
+
+
+def _new_contact(row: ContactRow) -> ContactState:
+    state = ContactState(row.name, row.street_address)
+    _merge_into(state, replace(row, name=None, street_address=None))
+    return state
+
+
+def _merge_into(state: ContactState, row: ContactRow) -> None:
+    """MERGE one row: a non-empty value wins, an empty one never erases; channels are a union."""
+    if row.name is not None:
+        state.name = row.name
+    if row.street_address is not None:
+        state.street_address = row.street_address
+    state.details.update((d.channel, d.value) for d in row.details)
+    for name, value in row.custom_fields:
+        state.custom_fields[name.lower()] = value
+
+
+class InMemoryStore:
+    """A :class:`importer.ports.Store` kept in memory, applying batches with the reference model.
+
+    Used to test the pipeline without a database: whatever order batches arrive in per
+    partition, the result must equal the reference model applied to the whole file.
+    """
+
+    def __init__(self) -> None:
+        self.model = ReferenceModel()
+        self.jobs: dict[uuid.UUID, Job] = {}
+        self.ledger: dict[uuid.UUID, dict[tuple[int, int], Counters]] = {}
+        self.issues: dict[uuid.UUID, list[RowIssue]] = {}
+        self.custom_fields: dict[tuple[int, str], str] = {}
+        self.created_fields: dict[uuid.UUID, int] = {}
+        self.finalized: dict[uuid.UUID, Finalized] = {}
+
+    async def create_job(self, new_job: NewJob, status: JobStatus) -> Job:
+        job = Job(new_job.id, new_job.client_id, status, ConflictStrategy(new_job.strategy),
+                  new_job.source, InputFormat(new_job.input_format), new_job.chunk_size,
+                  new_job.partitions, new_job.user_id)
+        self.jobs[job.id] = job
+        self.ledger[job.id], self.issues[job.id] = {}, []
+        return job
+
+    async def get_job(self, job_id: uuid.UUID) -> Job:
+        if job_id not in self.jobs:
+            raise JobNotFoundError()
+        return self.jobs[job_id]
+
+    async def transition(self, job_id: uuid.UUID, target: JobStatus) -> None:
+        job = await self.get_job(job_id)
+        if not lifecycle.can_transition(job.status, target):
+            raise IllegalTransitionError(f"{job.status.value} → {target.value}")
+        self.jobs[job_id] = replace(job, status=target)
+
+    async def ensure_custom_fields(self, job: Job, names: Sequence[str]) -> int:
+        created = 0
+        for name in names:
+            if (job.client_id, name.lower()) not in self.custom_fields:
+                self.custom_fields[(job.client_id, name.lower())] = name
+                created += 1
+        self.created_fields[job.id] = self.created_fields.get(job.id, 0) + created
+        return created
+
+    async def done_batches(self, job_id: uuid.UUID) -> frozenset[tuple[int, int]]:
+        return frozenset(self.ledger[job_id])
+
+    async def apply_batch(self, job: Job, batch: Batch) -> Counters | None:
+        if batch.key in self.ledger[job.id]:
+            return None
+        applied = self.model.apply(job.client_id, batch.rows, job.strategy)
+        counters = Counters(rows_read=batch.rows_read, inserted=applied.inserted,
+                            updated=applied.updated, ignored=applied.ignored,
+                            invalid=batch.invalid)
+        self.ledger[job.id][batch.key] = counters
+        self.issues[job.id].extend(batch.issues)
+        return counters
+
+    async def discard_batch(self, job: Job, batch: Batch, attempts: int, error: str) -> None:
+        self.ledger[job.id].setdefault(batch.key, lifecycle.discarded_counters(batch))
+
+    async def finalize(self, job_id: uuid.UUID, fail_reason: str | None) -> Finalized | None:
+        job = await self.get_job(job_id)
+        target = JobStatus.FAILED if fail_reason is not None else JobStatus.COMPLETED
+        if job_id in self.finalized or not lifecycle.can_transition(job.status, target):
+            return None
+        if target is JobStatus.COMPLETED and self.created_fields.get(job_id):
+            target = JobStatus.COMPLETED_WITH_PLACEHOLDERS
+        totals = lifecycle.sum_counters(self.ledger[job_id].values())
+        self.jobs[job_id] = replace(job, status=target, fail_reason=fail_reason, counters=totals)
+        self.finalized[job_id] = Finalized(target, totals)
+        return self.finalized[job_id]
+
+    async def row_issues(self, job_id: uuid.UUID) -> AsyncIterator[RowIssue]:
+        for issue in sorted(self.issues[job_id], key=lambda i: i.line):
+            yield issue

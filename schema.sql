@@ -1,0 +1,1 @@
+importer/sql/schema.sql

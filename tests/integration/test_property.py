@@ -1,0 +1,74 @@
+"""Property: random files give the reference model's state and counters, for every chunk size
+and concurrency, on the real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from importer.adapters.files import LocalFileSource
+from importer.adapters.postgres import PostgresStore, connect_pool
+from importer.models import ConflictStrategy, Counters
+from importer.service import ImportRequest, format_for, import_source
+from importer.settings import Settings
+from importer.testing import ReferenceModel
+from tests.strategies import GeneratedRow, csv_bytes, expected_rows, rows
+from tests.support import db_state
+
+pytestmark = pytest.mark.integration
+
+CHUNK_SIZES = (1, 3, 500)
+CONCURRENCIES = (1, 4)
+_clients = itertools.count(50_000)
+
+
+async def _import(store: PostgresStore, path: Path, client: int, strategy: ConflictStrategy,
+                  chunk_size: int, concurrency: int) -> Counters:
+    request = ImportRequest(client, strategy, format_for(path.name), chunk_size, concurrency)
+    outcome = await import_source(store, LocalFileSource(path), request, Settings())
+    assert outcome.counters.balanced
+    return outcome.counters
+
+
+async def _check(dsn: str, tmp: Path, pre: list[GeneratedRow], body: list[GeneratedRow],
+                 strategy: ConflictStrategy) -> None:
+    pre_path, body_path = tmp / "pre.csv", tmp / "body.csv"
+    pre_path.write_bytes(csv_bytes(pre))
+    body_path.write_bytes(csv_bytes(body))
+    pre_rows, _ = expected_rows(pre)
+    body_rows, invalid = expected_rows(body)
+    pool = await connect_pool(dsn, 6)
+    try:
+        store = PostgresStore(pool)
+        for chunk_size, concurrency in itertools.product(CHUNK_SIZES, CONCURRENCIES):
+            client = next(_clients)
+            model = ReferenceModel()
+            model.apply(client, pre_rows, ConflictStrategy.MERGE)
+            expected = model.apply(client, body_rows, strategy)
+            await _import(store, pre_path, client, ConflictStrategy.MERGE, 500, 1)
+            got = await _import(store, body_path, client, strategy, chunk_size, concurrency)
+            where = f"chunk_size={chunk_size} concurrency={concurrency}"
+            assert got.invalid == invalid, where
+            assert (got.inserted, got.updated, got.ignored, got.error) == (
+                expected.inserted, expected.updated, expected.ignored, 0), where
+            assert await db_state(dsn, client) == model.client_state(client), where
+    finally:
+        await pool.close()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    pre=st.lists(rows(), max_size=6).map(lambda rs: [r for r in rs if r.expected is not None]),
+    body=st.lists(rows(), min_size=1, max_size=25),
+    strategy=st.sampled_from(ConflictStrategy),
+)
+def test_random_files_match_the_reference_model(
+    db_dsn: str, tmp_path: Path, pre: list[GeneratedRow], body: list[GeneratedRow],
+    strategy: ConflictStrategy,
+) -> None:
+    asyncio.run(_check(db_dsn, tmp_path, pre, body, strategy))

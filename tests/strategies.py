@@ -1,0 +1,82 @@
+"""Hypothesis strategies for contact files whose expected outcome is known row by row."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+from importer.models import Channel, ContactRow, Detail
+from tests.support import bad_cpf, cpf
+
+HEADER = ["nome", "cpf", "email", "celular", "plano", "cidade"]
+KEYS = [cpf(i) for i in range(1, 13)]
+PHONES = {"": None, "(11) 91234-5678": "+5511912345678", "21 99876-5432": "+5521998765432",
+          "123": None}
+EMAILS = {"": None, "a@x.com.br": "a@x.com.br", "B@X.COM.BR": "B@x.com.br", "bad-email": None}
+
+
+@dataclass(frozen=True)
+class GeneratedRow:
+    cells: tuple[str, ...]
+    expected: ContactRow | None  # None: the row is invalid
+
+    def with_line(self, line: int) -> ContactRow | None:
+        if self.expected is None:
+            return None
+        e = self.expected
+        return ContactRow(line, e.cpf_cnpj, e.name, e.street_address, e.details, e.custom_fields)
+
+
+def _formatted(key: str, style: int) -> str:
+    if style == 1:
+        return f"{key[:3]}.{key[3:6]}.{key[6:9]}-{key[9:]}"
+    if style == 2:
+        return key.lstrip("0") or "0"
+    return key
+
+
+@st.composite
+def rows(draw: st.DrawFn) -> GeneratedRow:
+    key_kind = draw(st.sampled_from(["valid"] * 8 + ["bad", "missing"]))
+    index = draw(st.integers(0, len(KEYS) - 1))
+    name = draw(st.sampled_from(["", "Ana", "Bia", "  Caio  ", "João, \"Jr\""]))
+    email = draw(st.sampled_from(sorted(EMAILS)))
+    phone = draw(st.sampled_from(sorted(PHONES)))
+    plan = draw(st.sampled_from(["", "p1", "p2"]))
+    city = draw(st.sampled_from(["", "São Paulo", "Recife"]))
+    if key_kind == "valid":
+        key_cell = _formatted(KEYS[index], draw(st.integers(0, 2)))
+    elif key_kind == "bad":
+        key_cell = bad_cpf(index + 1)
+    else:
+        key_cell = ""
+        name = name or "Zed"  # an all-empty record is skipped, not counted: keep one value
+    cells = (name, key_cell, email, phone, plan, city)
+    if key_kind != "valid":
+        return GeneratedRow(cells, None)
+    details = []
+    if EMAILS[email]:
+        details.append(Detail(Channel.EMAIL, EMAILS[email]))
+    if PHONES[phone]:
+        details.append(Detail(Channel.PHONE, PHONES[phone]))
+    custom = tuple((f, v) for f, v in (("plano", plan), ("cidade", city)) if v)
+    expected = ContactRow(0, KEYS[index], name.strip() or None, None, tuple(details), custom)
+    return GeneratedRow(cells, expected)
+
+
+def csv_bytes(generated: list[GeneratedRow]) -> bytes:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(HEADER)
+    for row in generated:
+        writer.writerow(row.cells)
+    return out.getvalue().encode("utf-8")
+
+
+def expected_rows(generated: list[GeneratedRow]) -> tuple[list[ContactRow], int]:
+    """Valid rows in file order and the count of invalid ones (lines: header is 1)."""
+    valid = [r.with_line(i + 2) for i, r in enumerate(generated)]
+    return [r for r in valid if r is not None], sum(1 for r in valid if r is None)

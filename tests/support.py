@@ -1,0 +1,111 @@
+"""Helpers shared by the integration and acceptance tiers."""
+
+from __future__ import annotations
+
+import csv
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import asyncpg
+
+from importer.adapters.files import LocalFileSource
+from importer.adapters.postgres import PostgresStore, connect_pool
+from importer.models import Channel, ConflictStrategy, InputFormat
+from importer.service import ImportOutcome, ImportRequest, format_for, import_source
+from importer.settings import Settings
+from importer.testing import ContactState
+from importer.validate import Layout
+
+
+def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[str]], delimiter: str = ",") -> Path:
+    with path.open("w", encoding="utf-8", newline="") as out:
+        writer = csv.writer(out, delimiter=delimiter, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+async def import_file(
+    dsn: str,
+    path: Path,
+    client_id: int,
+    strategy: ConflictStrategy = ConflictStrategy.MERGE,
+    *,
+    chunk_size: int = 500,
+    concurrency: int = 2,
+    layout: Layout | None = None,
+    input_format: InputFormat | None = None,
+) -> ImportOutcome:
+    """Run a whole import in this process against ``dsn`` and check the counter identity."""
+    settings = Settings(database_url=dsn, chunk_size=chunk_size, concurrency=concurrency)
+    request = ImportRequest(
+        client_id=client_id, strategy=strategy,
+        input_format=input_format or format_for(path.name),
+        chunk_size=chunk_size, concurrency=concurrency, layout=layout,
+    )
+    pool = await connect_pool(dsn, concurrency + 1)
+    try:
+        outcome = await import_source(PostgresStore(pool), LocalFileSource(path), request, settings)
+    finally:
+        await pool.close()
+    assert outcome.counters.balanced, outcome.counters
+    return outcome
+
+
+async def db_state(dsn: str, client_id: int) -> dict[str, ContactState]:
+    """The client's live contacts in the reference model's shape."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        state = {
+            r["cpf_cnpj"]: ContactState(r["name"], r["street_address"])
+            for r in await conn.fetch(
+                "SELECT cpf_cnpj, name, street_address FROM contact"
+                " WHERE client_id = $1 AND deleted_at IS NULL", client_id)
+        }
+        for r in await conn.fetch(
+            "SELECT c.cpf_cnpj, d.channel_id, d.value FROM contact_details d"
+            " JOIN contact c ON c.id = d.contact_id WHERE c.client_id = $1", client_id):
+            state[r["cpf_cnpj"]].details.add((Channel(r["channel_id"]), r["value"]))
+        for r in await conn.fetch(
+            "SELECT c.cpf_cnpj, lower(f.name) AS field, v.value FROM contact_custom_fields v"
+            " JOIN contact c ON c.id = v.contact_id JOIN custom_field f ON f.id = v.custom_field_id"
+            " WHERE c.client_id = $1", client_id):
+            state[r["cpf_cnpj"]].custom_fields[r["field"]] = r["value"]
+        return state
+    finally:
+        await conn.close()
+
+
+async def fetch(dsn: str, query: str, *args: object) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await conn.fetch(query, *args)
+    finally:
+        await conn.close()
+
+
+async def finalization_counts(dsn: str, job_id: uuid.UUID) -> tuple[int, int]:
+    """(import_batch_finalized rows, notification outbox rows) of a job."""
+    rows = await fetch(
+        dsn,
+        "SELECT (SELECT count(*) FROM import_batch_finalized WHERE batch_id = $1) AS fin,"
+        " (SELECT count(*) FROM outbox WHERE topic = 'notification'"
+        "  AND payload->>'job_id' = $1::text) AS notes", job_id)
+    return rows[0]["fin"], rows[0]["notes"]
+
+
+def cpf(base: int) -> str:
+    """A valid CPF (11 digits) built from a 9-digit base by the published check-digit rule."""
+    digits = [int(c) for c in f"{base:09d}"]
+    for weight_start in (10, 11):
+        total = sum(d * w for d, w in zip(digits, range(weight_start, 1, -1), strict=False))
+        remainder = total % 11
+        digits.append(0 if remainder < 2 else 11 - remainder)
+    return "".join(map(str, digits))
+
+
+def bad_cpf(base: int) -> str:
+    """A CPF whose last check digit is wrong."""
+    good = cpf(base)
+    return good[:-1] + str((int(good[-1]) + 1) % 10)

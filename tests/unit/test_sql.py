@@ -1,0 +1,23 @@
+"""The SQL files: named blocks parse, every block is parameterized."""
+
+from __future__ import annotations
+
+from importer.sql import parse_queries, queries, schema
+
+
+def test_named_blocks() -> None:
+    parsed = parse_queries("-- name: a\nSELECT 1;\n-- name: b\nSELECT $1;\n")
+    assert parsed == {"a": "SELECT 1;", "b": "SELECT $1;"}
+
+
+def test_shipped_queries_load() -> None:
+    names = set(queries())
+    assert {"merge_batch", "discard_batch", "claim_batch", "finalize_job", "transition_job"} <= names
+    assert "CREATE TABLE IF NOT EXISTS contact" in schema()
+
+
+def test_schema_is_idempotent_by_construction() -> None:
+    for line in schema().splitlines():
+        stripped = line.strip().upper()
+        if stripped.startswith("CREATE "):
+            assert "IF NOT EXISTS" in stripped, line
