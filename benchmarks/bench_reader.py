@@ -10,6 +10,7 @@ for the plain UTF-8 case.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import gzip
 import random
@@ -63,9 +64,8 @@ def _row(rng: random.Random, ascii_only: bool) -> list[str]:
 def _csv_text(rows: list[list[str]], delimiter: str, quote_every: int) -> str:
     lines = [delimiter.join(COLUMNS)]
     for index, row in enumerate(rows):
-        if quote_every and index % quote_every == 0:
-            row = [f'"{value}"' for value in row]
-        lines.append(delimiter.join(row))
+        quoted = quote_every and index % quote_every == 0
+        lines.append(delimiter.join([f'"{value}"' for value in row] if quoted else row))
     return "\r\n".join(lines) + "\r\n"
 
 
@@ -105,6 +105,14 @@ def _gzip_run(packed: bytes, sniffed: Sniffed, block: int) -> int:
     return count + len(reader.feed(inflater.finish())) + len(reader.finish())
 
 
+def _run(name: str, data: bytes, sniffed: Sniffed, block: int) -> int:
+    if name.startswith("jsonl"):
+        return _feed(JsonlReader(sniffed), data, block)
+    if name.startswith("csv.gz"):
+        return _gzip_run(data, sniffed, block)
+    return _feed(CsvReader(sniffed), data, block)
+
+
 def _cases(records: int) -> list[tuple[str, bytes, Sniffed]]:
     rng = random.Random(7)
     plain = [_row(rng, ascii_only=True) for _ in range(records)]
@@ -132,12 +140,7 @@ def main() -> None:
     gc.collect()
     gc.freeze()  # the generated rows are gone; keep the collector's view like a live service's
     for name, data, sniffed in cases:
-        if name.startswith("jsonl"):
-            _report(name, data, lambda: _feed(JsonlReader(sniffed), data, block))
-        elif name.startswith("csv.gz"):
-            _report(name, data, lambda: _gzip_run(data, sniffed, block))
-        else:
-            _report(name, data, lambda: _feed(CsvReader(sniffed), data, block))
+        _report(name, data, functools.partial(_run, name, data, sniffed, block))
 
 
 if __name__ == "__main__":

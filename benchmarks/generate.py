@@ -50,6 +50,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import time
 import unicodedata
@@ -444,20 +445,27 @@ def ascii_fold(text: str) -> str:
     return "".join(c for c in decomposed if not unicodedata.combining(c))
 
 
+# "Maria José" -> "mariajose", "D'Ávila" -> "davila"
+_EMAIL_WORD: Final = {
+    word: re.sub(r"[^a-z]", "", ascii_fold(word).lower())
+    for word in (*FIRST_NAMES, *LAST_NAMES, *(c.rsplit(" ", 1)[1] for c in COMPOUND_SURNAMES))
+}
+
+
 def _make_name(rng: random.Random) -> tuple[str, str]:
     """(display name, e-mail local part derived from it)."""
     first = rng.choice(FIRST_NAMES)
     last = rng.choice(LAST_NAMES)
     roll = rng.random()
-    if roll < 0.30:
-        surname = f"{rng.choice(LAST_NAMES)} {last}"
-    elif roll < 0.45:
+    if roll < 0.45:
+        middle = rng.choice(LAST_NAMES)
+        surname = f"{middle} {last}" if middle != last else last
+    elif roll < 0.60:
         surname = rng.choice(COMPOUND_SURNAMES)
         last = surname.rsplit(" ", 1)[1]
     else:
         surname = last
-    f_ascii = ascii_fold(first).lower().replace(" ", "")
-    l_ascii = ascii_fold(last).lower().replace("'", "")
+    f_ascii, l_ascii = _EMAIL_WORD[first], _EMAIL_WORD[last]
     local = rng.choice(
         (
             f"{f_ascii}.{l_ascii}",
@@ -755,6 +763,7 @@ class GenerationStats:
     seed: int
     fmt: str
     gzip: bool
+    gzip_level: int | None
     out: Path
     out_bytes: int
     meta_out: Path | None
@@ -894,6 +903,7 @@ def generate(
         seed=seed,
         fmt=fmt,
         gzip=gzip,
+        gzip_level=gzip_level if gzip else None,
         out=out,
         out_bytes=out.stat().st_size,
         meta_out=meta_path_for(out) if write_meta else None,
@@ -962,6 +972,16 @@ def _write_rows(
     pre_threshold = pre.threshold if pre is not None else -1
     weyl, golden, m64 = ks.pre_offset, _GOLDEN64, _M64
     pre_buf: list[bytes] = []
+    pre_append = pre_buf.append
+    pp = pre.pools if pre is not None else pools
+    pre_bits = pre.rng.getrandbits if pre is not None else getrandbits
+    pre_names, pre_locals, pre_at_domains, pre_tails = (
+        pp.names,
+        pp.name_locals,
+        pp.at_domains,
+        pp.tails,
+    )
+    pre_phone_parts = list(zip(pp.prefixes, pp.lines, strict=True))
 
     buf: list[bytes] = []
     append = buf.append
@@ -1027,8 +1047,36 @@ def _write_rows(
             if fresh:
                 tail = tails[(h >> 44) & 0xFFFF]
                 if weyl < pre_threshold:
-                    assert pre is not None
-                    pre_buf.append(_preexisting_row(pre, ks, k, h))
+                    # An older, fully valid version of this contact (CSV): the key as
+                    # written here; another name (and e-mail), phone line, address and
+                    # custom values; the same DDD.
+                    r = pre_bits(64)
+                    p_name_i = (name_i + 1 + (r & 0x1FFF)) & 0x3FFF
+                    p_line_i = (line_i + 1 + ((r >> 13) & 0x7FFF)) & 0xFFFF
+                    prefix, lines = pre_phone_parts[(r >> 43) & 3]
+                    p_phone = prefix[(h >> 40) & 127] + lines[p_line_i]
+                    if (r >> 45) & 1:
+                        p_whatsapp = p_phone
+                    else:
+                        prefix, lines = pre_phone_parts[(r >> 46) & 3]
+                        p_whatsapp = prefix[(r >> 48) & 127] + lines[p_line_i ^ 0x5A5A]
+                    pre_append(
+                        join(
+                            (
+                                pre_names[p_name_i],
+                                key,
+                                b",",
+                                pre_locals[p_name_i] + pre_at_domains[r >> 54],
+                                b",",
+                                p_phone,
+                                b",",
+                                p_whatsapp,
+                                pre_tails[
+                                    (((h >> 44) & 0xFFFF) + 1 + ((r >> 28) & 0x7FFF)) & 0xFFFF
+                                ],
+                            )
+                        )
+                    )
                 weyl = (weyl + golden) & m64
                 sparse = 0
             elif roll < bad_t:
@@ -1110,33 +1158,6 @@ def _write_rows(
             counts.pre += len(pre_buf)
             pre_buf.clear()
     counts.new = new
-
-
-def _preexisting_row(pre: _Preexisting, ks: KeySpace, k: int, h: int) -> bytes:
-    """An older, fully valid version (CSV line) of contact ``k`` whose mix is ``h``.
-
-    Name, phone line and address/custom values differ from the key's first occurrence
-    in the main file; the DDD stays.  The e-mail follows the (older) name.
-    """
-    p = pre.pools
-    r = pre.rng.getrandbits(64)
-    s = pre.rng.getrandbits(64)
-    name_i = (((h >> 10) & 0x3FFF) + 1 + (r & 0x1FFF)) & 0x3FFF
-    line_i = (((h >> 24) & 0xFFFF) + 1 + ((r >> 13) & 0x7FFF)) & 0xFFFF
-    tail_i = (((h >> 44) & 0xFFFF) + 1 + ((r >> 28) & 0x7FFF)) & 0xFFFF
-    style = (r >> 43) & 3
-    phone = p.prefixes[style][(h >> 40) & 127] + p.lines[style][line_i]
-    if (r >> 45) & 1:
-        whatsapp = phone
-    else:
-        w_style = (r >> 46) & 3
-        whatsapp = p.prefixes[w_style][(r >> 48) & 127] + p.lines[w_style][s & 0xFFFF]
-    email = p.name_locals[name_i] + p.at_domains[(s >> 16) & 1023]
-    _, base, dv = ks.parts(k)
-    key = _render_key(base, dv, ((s >> 26) & 31) % 30).encode()  # styles 0-29: no spaces
-    return b"".join(
-        (p.names[name_i], key, b",", email, b",", phone, b",", whatsapp, p.tails[tail_i])
-    )
 
 
 # --------------------------------------------------------------------------------------

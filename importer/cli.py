@@ -94,6 +94,7 @@ def outcome_document(outcome: ImportOutcome) -> dict[str, object]:
         "invalid": c.invalid, "error": c.error, "ignored": c.ignored,
         "elapsed_s": round(outcome.elapsed_s, 3),
         "rows_per_s": round(c.rows_read / outcome.elapsed_s, 1) if outcome.elapsed_s else 0.0,
+        "cpu_s": round(time.process_time(), 2),
     }
     if outcome.fail_reason is not None:
         document["fail_reason"] = outcome.fail_reason

@@ -31,7 +31,7 @@ RAW_CHARS = 200  # chars of a record's text kept for the error report
 DELIMITERS = (",", ";", "\t", "|")  # the sniffer's candidates, in order of preference on a tie
 PIECE_BYTES = 256 * 1024  # largest piece GzipInflater.feed_iter yields
 _CSV_FIELD_LIMIT = 2**31 - 1  # csv's own cap, moved out of the way: ours is enforced by hand
-_ESCAPE = "importer.bytes"  # error handler: undecodable byte b <-> U+DC00 + b, any byte value
+_ESCAPE = "importer.bytes"  # decoding error handler: undecodable byte b -> U+DC00 + b
 
 _BOMS = (
     (codecs.BOM_UTF32_LE, "utf-32-le"),  # before UTF-16 LE, whose BOM is its prefix
@@ -58,37 +58,11 @@ _SINGLE_BYTE = frozenset({"cp1252", "iso8859-1", "iso8859-15", "ascii"})
 # them means "Windows-1252", while Cyrillic, Greek, Arabic or CJK guesses mean "unsupported".
 _LATIN_CODE_PAGES = frozenset(
     {
-        "ascii",
-        "latin_1",
-        "cp1250",
-        "cp1252",
-        "cp1254",
-        "cp1257",
-        "cp1258",
-        "iso8859_2",
-        "iso8859_3",
-        "iso8859_4",
-        "iso8859_9",
-        "iso8859_10",
-        "iso8859_13",
-        "iso8859_14",
-        "iso8859_15",
-        "iso8859_16",
-        "cp437",
-        "cp775",
-        "cp850",
-        "cp852",
-        "cp857",
-        "cp858",
-        "cp860",
-        "cp861",
-        "cp863",
-        "cp865",
-        "mac_roman",
-        "mac_latin2",
-        "mac_iceland",
-        "mac_turkish",
-        "hp_roman8",
+        *("ascii", "latin_1", "cp1250", "cp1252", "cp1254", "cp1257", "cp1258"),
+        *("iso8859_2", "iso8859_3", "iso8859_4", "iso8859_9", "iso8859_10", "iso8859_13"),
+        *("iso8859_14", "iso8859_15", "iso8859_16", "hp_roman8"),
+        *("cp437", "cp775", "cp850", "cp852", "cp857", "cp858", "cp860", "cp861", "cp863", "cp865"),
+        *("mac_roman", "mac_latin2", "mac_iceland", "mac_turkish"),
     }
 )
 
@@ -103,7 +77,7 @@ _QUOTED_OPEN = re.compile(r'"[^"]*+(?:""[^"]*+)*+')  # a quoted field up to its 
 
 
 class FileRejected(FileRejectedError):  # noqa: N818 - the name the pipeline imports
-    """The file as a whole cannot be imported; ``reason`` says why, ``detail`` for humans."""
+    """The file cannot be imported (``reason`` says why, ``detail`` for humans)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,10 +211,13 @@ def _line_breaks(text: str) -> int:
 def sniff(sample: bytes, *, encoding: str | None = None, delimiter: str | None = None) -> Sniffed:
     """Detect the encoding and the delimiter from the first bytes (e.g. 64 KiB) unless given.
 
-    UTF-8/UTF-16/UTF-32 BOM, else UTF-8 if the sample decodes as UTF-8 (a sequence cut at the
-    end is fine), else charset_normalizer: a Latin single-byte guess means cp1252, anything else
-    is UNSUPPORTED_ENCODING. The delimiter is the one of DELIMITERS occurring most outside
-    quotes in the first record, "," when none does. An empty or blank sample is EMPTY_FILE.
+    Encoding: a UTF-8/UTF-16/UTF-32 BOM; else UTF-8 if the sample is UTF-8 (a sequence cut at
+    the end is fine, and so are a few bad bytes among more valid multi-byte sequences); else
+    cp1252 if charset_normalizer's guess is a Latin single-byte code page or the sample reads
+    as Windows-1252 text with few accented letters; else UNSUPPORTED_ENCODING. A given name
+    must be one of the supported codecs ("utf-16" takes its endianness from the BOM).
+    Delimiter: the one of DELIMITERS occurring most outside quotes in the first non-blank
+    record, "," when none does. An empty or blank sample is EMPTY_FILE.
     """
     if encoding is None:
         codec, bom_length = _detect_encoding(sample)
@@ -378,6 +355,12 @@ def _csv_patterns(delimiter: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
     return record, re.compile(rf"(?:{field}{d})*+")
 
 
+def _match_end(pattern: re.Pattern[str], text: str) -> int:
+    """Where pattern's match at the start of text ends (patterns here match at least "")."""
+    found = pattern.match(text)
+    return found.end() if found is not None else 0
+
+
 def _records_stop(buf: str, final: bool) -> int:
     """Where the complete records of buf stop at the latest: after its last line break.
 
@@ -468,14 +451,19 @@ class CsvReader:
             if pos < 0:
                 return out
         texts, quoted_fields, end = self._records(buf, pos, final)
-        suspect = dirty or buf.find("\x00", pos, end) >= 0
+        suspect = dirty or buf.find("\x00", pos) >= 0
         out += self._emit(texts, iter(quoted_fields), suspect=suspect)
-        self._hold(buf[end:])
-        self._dirty = dirty and _SURROGATE.search(self._buf) is not None
+        if final and end < len(buf):  # the last record, without a line break
+            last = [buf[end:]]
+            out += self._emit(last, iter(self._parse_quoted(last)), suspect=suspect, ends="")
+        else:
+            self._hold(buf[end:])
+            self._dirty = dirty and _SURROGATE.search(self._buf) is not None
         return out
 
     def _records(self, buf: str, pos: int, final: bool) -> tuple[list[str], list[list[str]], int]:
-        """The records of buf from pos, the fields of those with quotes, and where they stop.
+        """The complete records of buf from pos, the fields of those with quotes, and where
+        they stop; what follows is a single record in progress (at the end: without a line break).
 
         Lines are grouped by quote parity and csv parses the groups with quotes; this is exact
         for well-formed files, and csv's count of rows proves it. Otherwise (a quote inside an
@@ -485,14 +473,11 @@ class CsvReader:
         cut = self._cut_by_parity(buf, pos, final)
         if cut is not None:
             texts, end = cut
-            quoted_fields = self._parse_quoted(texts, proof=True)
-            if quoted_fields is not None and (final or self._incomplete(buf, end)):
+            quoted_fields = self._proven_fields(texts)
+            if quoted_fields is not None and self._incomplete(buf, end, final):
                 return texts, quoted_fields, end
         texts, end = self._match_records(buf, pos, final)
-        if final and end < len(buf):
-            texts.append(buf[end:])
-            end = len(buf)
-        return texts, self._parse_quoted(texts, proof=False) or [], end
+        return texts, self._parse_quoted(texts), end
 
     def _cut_by_parity(self, buf: str, pos: int, final: bool) -> tuple[list[str], int] | None:
         stop = max(pos, _records_stop(buf, final))
@@ -503,30 +488,29 @@ class CsvReader:
         if '"' in region:
             lines, held = _group_by_parity(lines)
             stop -= sum(map(len, held))
-        if final and stop < len(buf):
-            lines.append(buf[stop:])
-            stop = len(buf)
         return lines, stop
 
-    def _parse_quoted(self, texts: list[str], *, proof: bool) -> list[list[str]] | None:
-        """csv's fields of the texts with quotes; with proof, None unless each is one record.
+    def _parse_quoted(self, texts: list[str]) -> list[list[str]]:
+        """csv's fields of the texts with quotes."""
+        return list(csv.reader([text for text in texts if '"' in text], delimiter=self._delimiter))
+
+    def _proven_fields(self, texts: list[str]) -> list[list[str]] | None:
+        """csv's fields of the texts with quotes, or None unless each text is one record.
 
         A text holding more than one record makes csv raise; a text ending inside quotes makes
         it swallow the next one, the last swallowing the blank sentinel: fewer rows than texts.
         """
         quoted = [text for text in texts if '"' in text]
-        if not proof:
-            return list(csv.reader(quoted, delimiter=self._delimiter))
         try:
             rows = list(csv.reader([*quoted, "\n"], delimiter=self._delimiter))
         except csv.Error:
             return None
         return rows[:-1] if len(rows) == len(quoted) + 1 else None
 
-    def _incomplete(self, buf: str, end: int) -> bool:
+    def _incomplete(self, buf: str, end: int, final: bool) -> bool:
         """Whether buf[end:] holds no complete record (the proof for what parity holds back)."""
         found = self._record.match(buf, end)
-        return found is None or (found.end() == len(buf) and buf.endswith("\r"))
+        return found is None or (not final and found.end() == len(buf) and buf.endswith("\r"))
 
     def _match_records(self, buf: str, pos: int, final: bool) -> tuple[list[str], int]:
         texts: list[str] = []
@@ -541,7 +525,7 @@ class CsvReader:
         return texts, pos
 
     def _emit(
-        self, texts: list[str], quoted: Iterator[list[str]], *, suspect: bool
+        self, texts: list[str], quoted: Iterator[list[str]], *, suspect: bool, ends: str = "\r\n"
     ) -> list[RawRecord]:
         # The per-record hot loop, kept in one piece on purpose: a function call per record for
         # the line count, the byte count or the checks would cost a good share of the speed.
@@ -555,21 +539,21 @@ class CsvReader:
         check_over = self._check_over
         for text in texts:
             start = line
-            content = text.rstrip("\r\n")
+            content = text.rstrip(ends)  # without its line break
             if '"' in text:
                 fields = next(quoted)
-                line += _line_breaks(text)
+                line += _line_breaks(text) if "\n" in content or "\r" in content else 1
             else:
                 fields = content.split(delimiter)
                 line += 1
             offset += len(text) * width if text.isascii() else byte_len(text)
-            if (not fields or not fields[0] or fields[0][0].isspace()) and _is_blank(fields):
-                continue
-            if suspect or len(content) > check_over:
+            if suspect or len(text) > check_over:  # (a long blank record is too long too)
                 reason = self._problem(content, fields)
                 if reason is not None:
                     append(RawRecord(start, None, reason, _display(content), offset))
                     continue
+            if (not fields or not fields[0] or fields[0][0].isspace()) and _is_blank(fields):
+                continue
             raw = content if len(content) <= RAW_CHARS else content[:RAW_CHARS]
             append(RawRecord(start, fields, None, raw, offset))
         self._line, self._offset = line, offset
@@ -604,12 +588,12 @@ class CsvReader:
 
     def _state_prefix(self, partial: str) -> str:
         """A text leaving csv's parser in the state it is in after partial (a record's start)."""
-        last = partial[self._complete_fields.match(partial).end() :]  # type: ignore[union-attr]
+        last = partial[_match_end(self._complete_fields, partial) :]
         if not last:
             return ""  # at a field's start
         if last[0] != '"':
             return self._filler  # in an unquoted field
-        stop = _QUOTED_OPEN.match(last).end()  # type: ignore[union-attr]
+        stop = _match_end(_QUOTED_OPEN, last)
         if stop == len(last):
             return '"'  # in a quoted field
         if stop == len(last) - 1:

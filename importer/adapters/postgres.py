@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 import orjson
 
-from importer import lifecycle
+from importer import lifecycle, merge
 from importer.exceptions import (
     IllegalTransitionError,
     JobNotFoundError,
@@ -25,6 +25,7 @@ from importer.exceptions import (
 )
 from importer.models import (
     Batch,
+    Channel,
     ConflictStrategy,
     ContactRow,
     Counters,
@@ -48,6 +49,9 @@ _TRANSIENT = (
     asyncpg.exceptions.OperatorInterventionError,
     asyncpg.exceptions.InsufficientResourcesError,
     asyncpg.exceptions.CannotConnectNowError,
+    # A concurrent import of the same client inserted one of our new keys first: the retry
+    # finds it stored and merges into it.
+    asyncpg.exceptions.UniqueViolationError,
     ConnectionError,
     OSError,
     TimeoutError,
@@ -55,9 +59,9 @@ _TRANSIENT = (
 
 _MIGRATION_LOCK = 0x1A4F0001  # advisory lock id serializing concurrent `db migrate` runs
 
-_STAGE_CONTACT = ("line", "cpf_cnpj", "name", "street_address")
-_STAGE_DETAIL = ("line", "cpf_cnpj", "channel_id", "value", "country_code", "country")
-_STAGE_CUSTOM = ("line", "cpf_cnpj", "custom_field_id", "value")
+_CONTACT = ("id", "client_id", "cpf_cnpj", "name", "street_address", "import_job_id")
+_DETAIL = ("contact_id", "client_id", "channel_id", "value", "country_code", "country")
+_CUSTOM = ("contact_id", "client_id", "custom_field_id", "value")
 _ROW_ERROR = ("job_id", "line", "column_name", "reason", "severity", "value")
 
 
@@ -73,7 +77,7 @@ def translated_errors() -> Iterator[None]:
 
 
 async def connect_pool(dsn: str, size: int) -> asyncpg.Pool:
-    """A pool whose connections each carry their staging tables."""
+    """A pool of connections set up for batch transactions (see ``init_connection``)."""
     with translated_errors():
         pool = await asyncpg.create_pool(
             dsn,
@@ -87,7 +91,7 @@ async def connect_pool(dsn: str, size: int) -> asyncpg.Pool:
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
-    await conn.execute(queries()["create_stage_tables"])
+    await conn.execute(queries()["init_connection"])
 
 
 async def migrate(dsn: str) -> None:
@@ -114,7 +118,8 @@ class PostgresStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
         self._q = queries()
-        self._field_ids: dict[tuple[int, str], int] = {}
+        self._field_ids: dict[tuple[int, str], int] = {}  # (client, lower(name)) → id
+        self._field_names: dict[int, str] = {}  # id → lower(name)
 
     # --- jobs ---------------------------------------------------------------------------------
 
@@ -149,6 +154,7 @@ class PostgresStore:
         target = JobStatus.FAILED if fail_reason is not None else JobStatus.COMPLETED
         with translated_errors():
             async with self._pool.acquire() as conn, conn.transaction():
+                await conn.execute(self._q["synchronous_commit"])
                 row = await conn.fetchrow(
                     self._q["finalize_job"], job_id, target.value, fail_reason, _now(),
                     lifecycle.allowed_sources(target),
@@ -168,6 +174,7 @@ class PostgresStore:
             rows = await self._pool.fetch(self._q["custom_field_ids"], job.client_id, list(names))
         for row in rows:
             self._field_ids[(job.client_id, row["key"])] = row["id"]
+            self._field_names[row["id"]] = row["key"]
         return created
 
     async def done_batches(self, job_id: uuid.UUID) -> frozenset[tuple[int, int]]:
@@ -221,32 +228,83 @@ class PostgresStore:
     async def _write_rows(
         self, conn: asyncpg.Connection, job: Job, rows: Sequence[ContactRow]
     ) -> int:
-        """Stage the rows with COPY, then apply them set-based; return the count of new keys."""
-        contacts, details, customs = self._stage_records(job.client_id, rows)
-        await conn.copy_records_to_table("stage_contact", records=contacts, columns=_STAGE_CONTACT)
-        if details:
-            await conn.copy_records_to_table("stage_detail", records=details, columns=_STAGE_DETAIL)
-        if customs:
-            await conn.copy_records_to_table("stage_custom", records=customs, columns=_STAGE_CUSTOM)
-        query = "merge_batch" if job.strategy is ConflictStrategy.MERGE else "discard_batch"
-        new_keys: int = await conn.fetchval(self._q[query], job.client_id, job.id)
-        return new_keys
+        """Decide the batch's writes from the locked stored state, then make only those."""
+        folded = merge.fold_rows(rows, job.strategy)
+        keys = sorted(folded)
+        if job.strategy is ConflictStrategy.MERGE:
+            found = await conn.fetch(self._q["lock_contacts"], job.client_id, keys)
+        else:
+            found = await conn.fetch(self._q["find_contacts"], job.client_id, keys)
+        stored = {r["cpf_cnpj"]: merge.StoredContact(r["id"], r["name"], r["street_address"])
+                  for r in found}
+        details, custom = await self._stored_values(conn, job, stored)
+        plan = merge.plan_batch(folded, job.strategy, stored, details, custom)
+        await self._insert_contacts(conn, job, plan.new_contacts)
+        await self._apply_changes(conn, job, plan)
+        return plan.new_keys
 
-    def _stage_records(
-        self, client_id: int, rows: Sequence[ContactRow]
-    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        field_ids = self._field_ids
-        contacts: list[tuple[Any, ...]] = []
-        details: list[tuple[Any, ...]] = []
-        customs: list[tuple[Any, ...]] = []
-        for row in rows:
-            line, key = row.line, row.cpf_cnpj
-            contacts.append((line, key, row.name, row.street_address))
-            for d in row.details:
-                details.append((line, key, d.channel.value, d.value, d.country_code, d.country))
-            for name, value in row.custom_fields:
-                customs.append((line, key, field_ids[(client_id, name.lower())], value))
-        return contacts, details, customs
+    async def _stored_values(
+        self, conn: asyncpg.Connection, job: Job, stored: dict[str, merge.StoredContact]
+    ) -> tuple[dict[int, set[tuple[Channel, str]]], dict[tuple[int, str], str]]:
+        """Channels and custom values of the stored contacts (MERGE needs them to diff)."""
+        details: dict[int, set[tuple[Channel, str]]] = {}
+        custom: dict[tuple[int, str], str] = {}
+        if job.strategy is not ConflictStrategy.MERGE or not stored:
+            return details, custom
+        ids = [c.id for c in stored.values()]
+        for r in await conn.fetch(self._q["details_of"], ids):
+            details.setdefault(r["contact_id"], set()).add((Channel(r["channel_id"]), r["value"]))
+        names = self._field_names
+        for r in await conn.fetch(self._q["custom_values_of"], ids):
+            name = names.get(r["custom_field_id"])
+            if name is not None:
+                custom[(r["contact_id"], name)] = r["value"]
+        return details, custom
+
+    async def _insert_contacts(
+        self, conn: asyncpg.Connection, job: Job, contacts: Sequence[merge.MergedContact]
+    ) -> None:
+        """COPY new contacts, their channels and custom values straight into the tables."""
+        if not contacts:
+            return
+        ids = [r[0] for r in await conn.fetch(self._q["next_contact_ids"], len(contacts))]
+        client, field_ids = job.client_id, self._field_ids
+        contact_rows: list[tuple[Any, ...]] = []
+        detail_rows: list[tuple[Any, ...]] = []
+        custom_rows: list[tuple[Any, ...]] = []
+        for contact_id, c in zip(ids, contacts, strict=True):
+            contact_rows.append((contact_id, client, c.key, c.name, c.street_address, job.id))
+            detail_rows.extend(
+                (contact_id, client, d.channel.value, d.value, d.country_code, d.country)
+                for d in c.details.values())
+            custom_rows.extend((contact_id, client, field_ids[(client, lower)], value)
+                               for lower, (_, value) in c.custom_fields.items())
+        await conn.copy_records_to_table("contact", records=contact_rows, columns=_CONTACT)
+        if detail_rows:
+            await conn.copy_records_to_table("contact_details", records=detail_rows, columns=_DETAIL)
+        if custom_rows:
+            await conn.copy_records_to_table(
+                "contact_custom_fields", records=custom_rows, columns=_CUSTOM)
+
+    async def _apply_changes(self, conn: asyncpg.Connection, job: Job, plan: merge.BatchPlan) -> None:
+        """MERGE into stored contacts: only the values that change."""
+        client, field_ids = job.client_id, self._field_ids
+        if plan.contact_updates:
+            ids, names, addresses = zip(*plan.contact_updates, strict=True)
+            await conn.execute(self._q["update_contacts"], ids, names, addresses)
+        if plan.detail_inserts:
+            rows = [(cid, client, d.channel.value, d.value, d.country_code, d.country)
+                    for cid, d in plan.detail_inserts]
+            await conn.copy_records_to_table("contact_details", records=rows, columns=_DETAIL)
+        if plan.custom_inserts:
+            rows = [(cid, client, field_ids[(client, name.lower())], value)
+                    for cid, name, value in plan.custom_inserts]
+            await conn.copy_records_to_table("contact_custom_fields", records=rows, columns=_CUSTOM)
+        if plan.custom_updates:
+            cids = [cid for cid, _, _ in plan.custom_updates]
+            fids = [field_ids[(client, name.lower())] for _, name, _ in plan.custom_updates]
+            values = [value for _, _, value in plan.custom_updates]
+            await conn.execute(self._q["update_custom_values"], cids, fids, values)
 
     async def _write_issues(
         self, conn: asyncpg.Connection, job_id: uuid.UUID, issues: Sequence[RowIssue]

@@ -1,17 +1,9 @@
 -- Named queries, loaded once by importer/sql/__init__.py. Every value is a bound parameter.
 
--- name: create_stage_tables
--- Per-connection staging, emptied at every commit. Only valid, normalized rows are staged.
-CREATE TEMP TABLE IF NOT EXISTS stage_contact (
-    line int NOT NULL, cpf_cnpj text NOT NULL, name text, street_address text
-) ON COMMIT DELETE ROWS;
-CREATE TEMP TABLE IF NOT EXISTS stage_detail (
-    line int NOT NULL, cpf_cnpj text NOT NULL, channel_id smallint NOT NULL, value text NOT NULL,
-    country_code int, country text
-) ON COMMIT DELETE ROWS;
-CREATE TEMP TABLE IF NOT EXISTS stage_custom (
-    line int NOT NULL, cpf_cnpj text NOT NULL, custom_field_id int NOT NULL, value text NOT NULL
-) ON COMMIT DELETE ROWS;
+-- name: init_connection
+-- Batch transactions commit asynchronously: their writes, counters and ledger mark are atomic,
+-- WAL order is kept, and finalization commits synchronously (flushing every earlier commit).
+SET synchronous_commit = off;
 
 -- name: claim_batch
 -- The ledger row goes first: a repeated (job, chunk, partition) finds it and becomes a no-op.
@@ -26,79 +18,40 @@ SET status = $4, rows_read = $5, inserted = $6, updated = $7, invalid = $8, erro
     ignored = $10, attempts = $11, error_message = $12, done_at = now()
 WHERE job_id = $1 AND chunk_no = $2 AND partition = $3;
 
--- name: merge_batch
--- MERGE: per key, the last non-empty value by line wins for name, street_address and custom
--- fields, over earlier rows and over the stored value; channels are a union. Keys are locked in
--- sorted order so two imports of one client never deadlock. Returns how many keys were new.
-WITH src AS (
-    SELECT cpf_cnpj,
-           (array_agg(name ORDER BY line DESC) FILTER (WHERE name IS NOT NULL))[1] AS name,
-           (array_agg(street_address ORDER BY line DESC)
-               FILTER (WHERE street_address IS NOT NULL))[1] AS street_address
-    FROM stage_contact
-    GROUP BY cpf_cnpj
-),
-upserted AS (
-    INSERT INTO contact AS c (client_id, cpf_cnpj, name, street_address, import_job_id)
-    SELECT $1, cpf_cnpj, name, street_address, $2 FROM src ORDER BY cpf_cnpj
-    ON CONFLICT (client_id, cpf_cnpj) WHERE cpf_cnpj IS NOT NULL AND deleted_at IS NULL
-    DO UPDATE SET name = COALESCE(EXCLUDED.name, c.name),
-                  street_address = COALESCE(EXCLUDED.street_address, c.street_address),
-                  updated_at = now()
-    RETURNING c.id, c.cpf_cnpj, (c.xmax = 0) AS inserted
-),
-details AS (
-    INSERT INTO contact_details (contact_id, client_id, channel_id, value, country_code, country)
-    SELECT DISTINCT ON (u.id, d.channel_id, d.value)
-           u.id, $1, d.channel_id, d.value, d.country_code, d.country
-    FROM stage_detail d JOIN upserted u USING (cpf_cnpj)
-    ORDER BY u.id, d.channel_id, d.value, d.line
-    ON CONFLICT (contact_id, channel_id, value) WHERE deleted_at IS NULL DO NOTHING
-),
-customs AS (
-    INSERT INTO contact_custom_fields AS f (contact_id, client_id, custom_field_id, value)
-    SELECT DISTINCT ON (u.id, s.custom_field_id) u.id, $1, s.custom_field_id, s.value
-    FROM stage_custom s JOIN upserted u USING (cpf_cnpj)
-    ORDER BY u.id, s.custom_field_id, s.line DESC
-    ON CONFLICT ON CONSTRAINT contact_custom_fields_contact_field_key
-    DO UPDATE SET value = EXCLUDED.value WHERE f.value IS DISTINCT FROM EXCLUDED.value
-)
-SELECT count(*) FILTER (WHERE inserted) FROM upserted;
+-- name: lock_contacts
+-- The batch's stored contacts, locked in key order (two imports of one client never deadlock
+-- on them); NO KEY UPDATE does not block foreign-key checks of other writers.
+SELECT id, cpf_cnpj, name, street_address FROM contact
+WHERE client_id = $1 AND cpf_cnpj = ANY($2::text[]) AND deleted_at IS NULL
+ORDER BY cpf_cnpj
+FOR NO KEY UPDATE;
 
--- name: discard_batch
--- DISCARD: a stored key is left alone; otherwise the key's first row (by line) is inserted
--- with its channels and custom fields. Returns how many keys were new.
-WITH firsts AS (
-    SELECT DISTINCT ON (cpf_cnpj) line, cpf_cnpj, name, street_address
-    FROM stage_contact
-    ORDER BY cpf_cnpj, line
-),
-inserted AS (
-    INSERT INTO contact (client_id, cpf_cnpj, name, street_address, import_job_id)
-    SELECT $1, cpf_cnpj, name, street_address, $2 FROM firsts ORDER BY cpf_cnpj
-    ON CONFLICT (client_id, cpf_cnpj) WHERE cpf_cnpj IS NOT NULL AND deleted_at IS NULL
-    DO NOTHING
-    RETURNING id, cpf_cnpj
-),
-chosen AS (
-    SELECT i.id, i.cpf_cnpj, f.line FROM inserted i JOIN firsts f USING (cpf_cnpj)
-),
-details AS (
-    INSERT INTO contact_details (contact_id, client_id, channel_id, value, country_code, country)
-    SELECT DISTINCT ON (c.id, d.channel_id, d.value)
-           c.id, $1, d.channel_id, d.value, d.country_code, d.country
-    FROM stage_detail d JOIN chosen c ON d.cpf_cnpj = c.cpf_cnpj AND d.line = c.line
-    ORDER BY c.id, d.channel_id, d.value
-    ON CONFLICT (contact_id, channel_id, value) WHERE deleted_at IS NULL DO NOTHING
-),
-customs AS (
-    INSERT INTO contact_custom_fields (contact_id, client_id, custom_field_id, value)
-    SELECT DISTINCT ON (c.id, s.custom_field_id) c.id, $1, s.custom_field_id, s.value
-    FROM stage_custom s JOIN chosen c ON s.cpf_cnpj = c.cpf_cnpj AND s.line = c.line
-    ORDER BY c.id, s.custom_field_id
-    ON CONFLICT ON CONSTRAINT contact_custom_fields_contact_field_key DO NOTHING
-)
-SELECT count(*) FROM inserted;
+-- name: find_contacts
+SELECT id, cpf_cnpj, name, street_address FROM contact
+WHERE client_id = $1 AND cpf_cnpj = ANY($2::text[]) AND deleted_at IS NULL;
+
+-- name: details_of
+SELECT contact_id, channel_id, value FROM contact_details
+WHERE contact_id = ANY($1::bigint[]) AND deleted_at IS NULL;
+
+-- name: custom_values_of
+SELECT contact_id, custom_field_id, value FROM contact_custom_fields
+WHERE contact_id = ANY($1::bigint[]);
+
+-- name: next_contact_ids
+SELECT nextval(pg_get_serial_sequence('contact', 'id')) FROM generate_series(1, $1);
+
+-- name: update_contacts
+UPDATE contact c
+SET name = u.name, street_address = u.street_address, updated_at = now()
+FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u (id, name, street_address)
+WHERE c.id = u.id;
+
+-- name: update_custom_values
+UPDATE contact_custom_fields f
+SET value = u.value
+FROM unnest($1::bigint[], $2::int[], $3::text[]) AS u (contact_id, custom_field_id, value)
+WHERE f.contact_id = u.contact_id AND f.custom_field_id = u.custom_field_id;
 
 -- name: create_custom_fields
 -- Creates the client's missing fields; returns the new ones only.
@@ -156,6 +109,9 @@ SELECT coalesce(sum(rows_read), 0)::bigint AS rows_read,
        coalesce(sum(ignored), 0)::bigint AS ignored,
        count(*)::bigint AS batches
 FROM import_chunk WHERE job_id = $1;
+
+-- name: synchronous_commit
+SET LOCAL synchronous_commit = on;
 
 -- name: finalize_job
 -- Exactly once: the guarded status update, the finalization row (its primary key) and the

@@ -1,0 +1,292 @@
+"""Benchmark runner: the importer against the database's own limits, in one run, on one file.
+
+Times, on the same generated file and the same PostgreSQL:
+1. raw ``psql \\copy`` of the file into an unlogged table of text columns;
+2. the database floor: the final rows the import must produce (computed untimed by the
+   reference model) loaded by COPY into the three real indexed tables, foreign keys on, in one
+   transaction;
+3. ``importer import`` with MERGE (pre-existing keys loaded first, untimed), as a subprocess,
+   with its peak RSS; optionally DISCARD too;
+4. pgloader's append-only load of the file, when ``pgloader`` is installed.
+
+Usage: .venv/bin/python benchmarks/run.py --rows 1000000 [--seed 1] [--concurrency 4]
+Prints a table and writes benchmarks/results/<rows>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.generate import generate
+from importer.adapters.postgres import migrate
+from importer.models import ConflictStrategy, ContactRow
+from importer.reader import CsvReader, sniff
+from importer.settings import Limits
+from importer.testing import ReferenceModel
+from importer.validate import RowBuilder, plan_for_header
+
+HERE = Path(__file__).resolve().parent
+ADMIN_DSN = os.environ.get("BENCH_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+CLIENT = 1
+
+
+def dsn_for(database: str) -> str:
+    return ADMIN_DSN.rpartition("/")[0] + "/" + database
+
+
+async def fresh_database(name: str) -> str:
+    conn = await asyncpg.connect(ADMIN_DSN)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    dsn = dsn_for(name)
+    await migrate(dsn)
+    return dsn
+
+
+def valid_rows(path: Path) -> Iterator[ContactRow]:
+    """The file's valid rows in file order, through the importer's own pure validation."""
+    limits = Limits()
+    with path.open("rb") as handle:
+        sample = handle.read(65536)
+        handle.seek(0)
+        reader = CsvReader(sniff(sample))
+        builder: RowBuilder | None = None
+        while True:
+            block = handle.read(1 << 20)
+            records = reader.feed(block) if block else reader.finish()
+            for record in records:
+                if record.fields is None:
+                    continue
+                if builder is None:
+                    plan = plan_for_header(record.fields, None, limits.max_columns)
+                    builder = RowBuilder(plan, international=False, max_value_chars=4096)
+                    continue
+                row, _ = builder.build(record.line, record.fields)
+                if row is not None:
+                    yield row
+            if not block:
+                return
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU seconds used so far by every PostgreSQL server process (backends included)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        if name.startswith("postgres"):
+            fields = stat[stat.rindex(")") + 2 :].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
+@dataclass
+class Timing:
+    name: str
+    seconds: float
+    rows: int
+    peak_rss_mib: float | None = None
+    db_cpu_s: float | None = None
+    client_cpu_s: float | None = None
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds
+
+
+def time_raw_copy(dsn: str, path: Path, rows: int) -> Timing:
+    columns = ", ".join(f"c{i} text" for i in range(9))
+    subprocess.run(["psql", dsn, "-qc", f"CREATE UNLOGGED TABLE raw_copy ({columns})"], check=True)
+    started = time.perf_counter()
+    subprocess.run(["psql", dsn, "-qc", f"\\copy raw_copy FROM '{path}' WITH (FORMAT csv, HEADER true)"],
+                   check=True)
+    return Timing("raw \\copy (unlogged, text)", time.perf_counter() - started, rows)
+
+
+async def time_floor(dsn: str, pre: Path, main: Path, rows: int) -> Timing:
+    """COPY the import's final rows into the real tables in one transaction (FKs on)."""
+    model = ReferenceModel()
+    model.apply(CLIENT, valid_rows(pre), ConflictStrategy.MERGE)
+    keys = set()
+    main_rows = []
+    for row in valid_rows(main):
+        keys.add(row.cpf_cnpj)
+        main_rows.append(row)
+    model.apply(CLIENT, main_rows, ConflictStrategy.MERGE)
+    del main_rows
+    conn = await asyncpg.connect(dsn)
+    try:
+        field_names = sorted({f for k in keys for f in model.contacts[(CLIENT, k)].custom_fields})
+        field_ids = {}
+        for name in field_names:
+            field_ids[name] = await conn.fetchval(
+                "INSERT INTO custom_field (client_id, name) VALUES ($1, $2) RETURNING id", CLIENT, name)
+        contacts, details, customs = [], [], []
+        for contact_id, key in enumerate(sorted(keys), start=1):
+            state = model.contacts[(CLIENT, key)]
+            contacts.append((contact_id, CLIENT, key, state.name, state.street_address))
+            details.extend((contact_id, CLIENT, int(ch), value) for ch, value in state.details)
+            customs.extend((contact_id, CLIENT, field_ids[f], v) for f, v in state.custom_fields.items())
+        cpu_before = postgres_cpu_seconds()
+        started = time.perf_counter()
+        async with conn.transaction():
+            await conn.copy_records_to_table(
+                "contact", records=contacts, columns=("id", "client_id", "cpf_cnpj", "name", "street_address"))
+            await conn.copy_records_to_table(
+                "contact_details", records=details, columns=("contact_id", "client_id", "channel_id", "value"))
+            await conn.copy_records_to_table(
+                "contact_custom_fields", records=customs,
+                columns=("contact_id", "client_id", "custom_field_id", "value"))
+        seconds = time.perf_counter() - started
+        db_cpu = postgres_cpu_seconds() - cpu_before
+        print(f"  floor wrote {len(contacts):,} contacts, {len(details):,} details, "
+              f"{len(customs):,} custom values", file=sys.stderr)
+    finally:
+        await conn.close()
+    return Timing("database floor (final rows, 1 txn, FKs on)", seconds, rows, db_cpu_s=db_cpu)
+
+
+def _peak_rss_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def run_importer(
+    dsn: str, path: Path, strategy: str, concurrency: int, chunk_size: int
+) -> tuple[dict, float, float, float, float]:
+    """Run the CLI; return its JSON, wall seconds, peak RSS (MiB), its CPU and the DB's CPU."""
+    env = {**os.environ, "DATABASE_URL": dsn}
+    cmd = [str(HERE.parent / ".venv/bin/importer"), "import", str(path), "--client-id", str(CLIENT),
+           "--strategy", strategy, "--concurrency", str(concurrency), "--chunk-size", str(chunk_size), "--json"]
+    cpu_before = postgres_cpu_seconds()
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE)
+    peak = 0.0
+    while proc.poll() is None:  # VmHWM is per exec'd image: the parent's memory is not in it
+        peak = max(peak, _peak_rss_mib(proc.pid))
+        time.sleep(0.05)
+    seconds = time.perf_counter() - started
+    db_cpu = postgres_cpu_seconds() - cpu_before
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    if proc.returncode != 0:
+        raise SystemExit(f"importer failed ({proc.returncode}): {out.decode()}")
+    result = json.loads(out)
+    return result, seconds, peak, float(result.get("cpu_s", 0.0)), db_cpu
+
+
+async def time_importer(name: str, pre: Path, main: Path, rows: int, strategy: str, concurrency: int,
+                        chunk_size: int) -> tuple[Timing, dict]:
+    dsn = await fresh_database(name)
+    run_importer(dsn, pre, "merge", concurrency, chunk_size)  # untimed: the pre-existing keys
+    subprocess.run(["psql", dsn, "-qc", "VACUUM ANALYZE"], check=True)
+    result, seconds, rss, client_cpu, db_cpu = run_importer(dsn, main, strategy, concurrency, chunk_size)
+    counters = [result[k] for k in ("inserted", "updated", "invalid", "error", "ignored")]
+    assert result["rows_read"] == rows == sum(counters), result
+    name = f"importer import ({strategy}, {concurrency} consumers)"
+    return Timing(name, seconds, rows, rss, db_cpu, client_cpu), result
+
+
+def time_pgloader(dsn: str, path: Path, rows: int) -> Timing | None:
+    if shutil.which("pgloader") is None:
+        return None
+    columns = ", ".join(f"c{i} text" for i in range(9))
+    subprocess.run(["psql", dsn, "-qc", f"CREATE TABLE pgloader_target ({columns})"], check=True)
+    names = ", ".join(f"c{i}" for i in range(9))
+    command = HERE / "data" / "pgloader.load"
+    command.write_text(
+        f"LOAD CSV FROM '{path}' ({names}) INTO {dsn}?pgloader_target ({names})\n"
+        "WITH skip header = 1, fields optionally enclosed by '\"', fields escaped by double-quote,\n"
+        "     fields terminated by ',', batch rows = 25000;\n", encoding="utf-8")
+    started = time.perf_counter()
+    subprocess.run(["pgloader", "--quiet", str(command)], check=True, capture_output=True)
+    return Timing("pgloader (append-only, text table)", time.perf_counter() - started, rows)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--chunk-size", type=int, default=2000)
+    parser.add_argument("--discard", action="store_true", help="also time DISCARD")
+    parser.add_argument("--skip-floor", action="store_true")
+    args = parser.parse_args()
+    data = HERE / "data"
+    data.mkdir(exist_ok=True)
+    main_path = data / f"contacts_{args.rows}_{args.seed}.csv"
+    pre_path = data / f"contacts_{args.rows}_{args.seed}.pre.csv"
+    if not main_path.exists() or not pre_path.exists():
+        generate(args.rows, args.seed, main_path, preexisting_out=pre_path)
+    stats = json.loads(Path(f"{main_path}.meta.json").read_text())
+    rows = stats["rows"]
+    timings: list[Timing] = []
+    dsn = await fresh_database("importer_bench_raw")
+    timings.append(time_raw_copy(dsn, main_path, rows))
+    pg = time_pgloader(dsn, main_path, rows)
+    if not args.skip_floor:
+        timings.append(await time_floor(await fresh_database("importer_bench_floor"), pre_path, main_path, rows))
+    merge, merge_result = await time_importer("importer_bench_merge", pre_path, main_path, rows, "merge",
+                                              args.concurrency, args.chunk_size)
+    expected = stats["expected"]["after_preexisting_merge"]
+    assert all(merge_result[k] == v for k, v in expected.items()), (merge_result, expected)
+    timings.append(merge)
+    if args.discard:
+        discard, _ = await time_importer("importer_bench_discard", pre_path, main_path, rows, "discard",
+                                         args.concurrency, args.chunk_size)
+        timings.append(discard)
+    if pg is not None:
+        timings.append(pg)
+    report(timings, args, rows)
+
+
+def report(timings: list[Timing], args: argparse.Namespace, rows: int) -> None:
+    by_name = {t.name.split(" (")[0]: t for t in timings}
+    raw, floor = by_name["raw \\copy"], by_name.get("database floor")
+    print(f"\n{rows:,} rows, seed {args.seed}, chunk size {args.chunk_size}, {os.cpu_count()} cores")
+    print(f"{'what':55} {'seconds':>9} {'rows/s':>10} {'x floor':>8} {'x copy':>8} {'peak RSS':>9}"
+          f" {'db cpu s':>9} {'py cpu s':>9}")
+    for t in timings:
+        vs_floor = f"{t.rows_per_s / floor.rows_per_s:8.2f}" if floor else f"{'-':>8}"
+        rss = f"{t.peak_rss_mib:7.0f}MB" if t.peak_rss_mib else f"{'':>9}"
+        db_cpu = f"{t.db_cpu_s:9.1f}" if t.db_cpu_s is not None else f"{'':>9}"
+        py_cpu = f"{t.client_cpu_s:9.1f}" if t.client_cpu_s is not None else f"{'':>9}"
+        print(f"{t.name:55} {t.seconds:9.2f} {t.rows_per_s:10,.0f} {vs_floor} "
+              f"{t.rows_per_s / raw.rows_per_s:8.3f} {rss} {db_cpu} {py_cpu}")
+    results = HERE / "results"
+    results.mkdir(exist_ok=True)
+    (results / f"{rows}.json").write_text(json.dumps(
+        {"rows": rows, "seed": args.seed, "chunk_size": args.chunk_size, "concurrency": args.concurrency,
+         "timings": [{**t.__dict__, "rows_per_s": t.rows_per_s} for t in timings]}, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
