@@ -945,7 +945,9 @@ def _write_rows(
     r3 0-9 phone roll, 10-19 whatsapp roll, 20-21 its style, 22-28 its DDD slot,
     29-44 its line, 45-52 invalid phone.
     Key mix: 0-9 kind, 10-23 name, 24-39 phone line, 40-46 DDD slot, 44-59 tail,
-    60-63 branch.
+    60-63 branch.  Preexisting row (its own generator): 0-12 name offset, 13-27 line
+    offset, 28-42 tail offset, 43-44 phone style, 45 whatsapp = phone, 46-47 its style,
+    48-54 its DDD slot, 54-63 e-mail domain.
     """
     getrandbits = rng.getrandbits
     join = b"".join
@@ -973,6 +975,7 @@ def _write_rows(
     weyl, golden, m64 = ks.pre_offset, _GOLDEN64, _M64
     pre_buf: list[bytes] = []
     pre_append = pre_buf.append
+    # without a preexisting file these are never used (pre_threshold is -1)
     pp = pre.pools if pre is not None else pools
     pre_bits = pre.rng.getrandbits if pre is not None else getrandbits
     pre_names, pre_locals, pre_at_domains, pre_tails = (

@@ -99,7 +99,7 @@ def postgres_cpu_seconds() -> float:
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
         if name.startswith("postgres"):
             fields = stat[stat.rindex(")") + 2 :].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
+            total += sum(int(f) for f in fields[11:15])  # utime, stime, reaped children
     return total / ticks
 
 
@@ -121,8 +121,10 @@ def time_raw_copy(dsn: str, path: Path, rows: int) -> Timing:
     columns = ", ".join(f"c{i} text" for i in range(9))
     subprocess.run(["psql", dsn, "-qc", f"CREATE UNLOGGED TABLE raw_copy ({columns})"], check=True)
     started = time.perf_counter()
-    subprocess.run(["psql", dsn, "-qc", f"\\copy raw_copy FROM '{path}' WITH (FORMAT csv, HEADER true)"],
-                   check=True)
+    subprocess.run(
+        ["psql", dsn, "-qc", f"\\copy raw_copy FROM '{path}' WITH (FORMAT csv, HEADER true)"],
+        check=True,
+    )
     return Timing("raw \\copy (unlogged, text)", time.perf_counter() - started, rows)
 
 
@@ -143,27 +145,43 @@ async def time_floor(dsn: str, pre: Path, main: Path, rows: int) -> Timing:
         field_ids = {}
         for name in field_names:
             field_ids[name] = await conn.fetchval(
-                "INSERT INTO custom_field (client_id, name) VALUES ($1, $2) RETURNING id", CLIENT, name)
+                "INSERT INTO custom_field (client_id, name) VALUES ($1, $2) RETURNING id",
+                CLIENT,
+                name,
+            )
         contacts, details, customs = [], [], []
         for contact_id, key in enumerate(sorted(keys), start=1):
             state = model.contacts[(CLIENT, key)]
             contacts.append((contact_id, CLIENT, key, state.name, state.street_address))
             details.extend((contact_id, CLIENT, int(ch), value) for ch, value in state.details)
-            customs.extend((contact_id, CLIENT, field_ids[f], v) for f, v in state.custom_fields.items())
+            customs.extend(
+                (contact_id, CLIENT, field_ids[f], v) for f, v in state.custom_fields.items()
+            )
         cpu_before = postgres_cpu_seconds()
         started = time.perf_counter()
         async with conn.transaction():
             await conn.copy_records_to_table(
-                "contact", records=contacts, columns=("id", "client_id", "cpf_cnpj", "name", "street_address"))
+                "contact",
+                records=contacts,
+                columns=("id", "client_id", "cpf_cnpj", "name", "street_address"),
+            )
             await conn.copy_records_to_table(
-                "contact_details", records=details, columns=("contact_id", "client_id", "channel_id", "value"))
+                "contact_details",
+                records=details,
+                columns=("contact_id", "client_id", "channel_id", "value"),
+            )
             await conn.copy_records_to_table(
-                "contact_custom_fields", records=customs,
-                columns=("contact_id", "client_id", "custom_field_id", "value"))
+                "contact_custom_fields",
+                records=customs,
+                columns=("contact_id", "client_id", "custom_field_id", "value"),
+            )
         seconds = time.perf_counter() - started
         db_cpu = postgres_cpu_seconds() - cpu_before
-        print(f"  floor wrote {len(contacts):,} contacts, {len(details):,} details, "
-              f"{len(customs):,} custom values", file=sys.stderr)
+        print(
+            f"  floor wrote {len(contacts):,} contacts, {len(details):,} details, "
+            f"{len(customs):,} custom values",
+            file=sys.stderr,
+        )
     finally:
         await conn.close()
     return Timing("database floor (final rows, 1 txn, FKs on)", seconds, rows, db_cpu_s=db_cpu)
@@ -184,8 +202,20 @@ def run_importer(
 ) -> tuple[dict, float, float, float, float]:
     """Run the CLI; return its JSON, wall seconds, peak RSS (MiB), its CPU and the DB's CPU."""
     env = {**os.environ, "DATABASE_URL": dsn}
-    cmd = [str(HERE.parent / ".venv/bin/importer"), "import", str(path), "--client-id", str(CLIENT),
-           "--strategy", strategy, "--concurrency", str(concurrency), "--chunk-size", str(chunk_size), "--json"]
+    cmd = [
+        str(HERE.parent / ".venv/bin/importer"),
+        "import",
+        str(path),
+        "--client-id",
+        str(CLIENT),
+        "--strategy",
+        strategy,
+        "--concurrency",
+        str(concurrency),
+        "--chunk-size",
+        str(chunk_size),
+        "--json",
+    ]
     cpu_before = postgres_cpu_seconds()
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE)
@@ -203,12 +233,15 @@ def run_importer(
     return result, seconds, peak, float(result.get("cpu_s", 0.0)), db_cpu
 
 
-async def time_importer(name: str, pre: Path, main: Path, rows: int, strategy: str, concurrency: int,
-                        chunk_size: int) -> tuple[Timing, dict]:
+async def time_importer(
+    name: str, pre: Path, main: Path, rows: int, strategy: str, concurrency: int, chunk_size: int
+) -> tuple[Timing, dict]:
     dsn = await fresh_database(name)
     run_importer(dsn, pre, "merge", concurrency, chunk_size)  # untimed: the pre-existing keys
     subprocess.run(["psql", dsn, "-qc", "VACUUM ANALYZE"], check=True)
-    result, seconds, rss, client_cpu, db_cpu = run_importer(dsn, main, strategy, concurrency, chunk_size)
+    result, seconds, rss, client_cpu, db_cpu = run_importer(
+        dsn, main, strategy, concurrency, chunk_size
+    )
     counters = [result[k] for k in ("inserted", "updated", "invalid", "error", "ignored")]
     assert result["rows_read"] == rows == sum(counters), result
     name = f"importer import ({strategy}, {concurrency} consumers)"
@@ -225,7 +258,9 @@ def time_pgloader(dsn: str, path: Path, rows: int) -> Timing | None:
     command.write_text(
         f"LOAD CSV FROM '{path}' ({names}) INTO {dsn}?pgloader_target ({names})\n"
         "WITH skip header = 1, fields optionally enclosed by '\"', fields escaped by double-quote,\n"
-        "     fields terminated by ',', batch rows = 25000;\n", encoding="utf-8")
+        "     fields terminated by ',', batch rows = 25000;\n",
+        encoding="utf-8",
+    )
     started = time.perf_counter()
     subprocess.run(["pgloader", "--quiet", str(command)], check=True, capture_output=True)
     return Timing("pgloader (append-only, text table)", time.perf_counter() - started, rows)
@@ -253,15 +288,33 @@ async def main() -> None:
     timings.append(time_raw_copy(dsn, main_path, rows))
     pg = time_pgloader(dsn, main_path, rows)
     if not args.skip_floor:
-        timings.append(await time_floor(await fresh_database("importer_bench_floor"), pre_path, main_path, rows))
-    merge, merge_result = await time_importer("importer_bench_merge", pre_path, main_path, rows, "merge",
-                                              args.concurrency, args.chunk_size)
+        timings.append(
+            await time_floor(
+                await fresh_database("importer_bench_floor"), pre_path, main_path, rows
+            )
+        )
+    merge, merge_result = await time_importer(
+        "importer_bench_merge",
+        pre_path,
+        main_path,
+        rows,
+        "merge",
+        args.concurrency,
+        args.chunk_size,
+    )
     expected = stats["expected"]["after_preexisting_merge"]
     assert all(merge_result[k] == v for k, v in expected.items()), (merge_result, expected)
     timings.append(merge)
     if args.discard:
-        discard, _ = await time_importer("importer_bench_discard", pre_path, main_path, rows, "discard",
-                                         args.concurrency, args.chunk_size)
+        discard, _ = await time_importer(
+            "importer_bench_discard",
+            pre_path,
+            main_path,
+            rows,
+            "discard",
+            args.concurrency,
+            args.chunk_size,
+        )
         timings.append(discard)
     if pg is not None:
         timings.append(pg)
@@ -271,21 +324,36 @@ async def main() -> None:
 def report(timings: list[Timing], args: argparse.Namespace, rows: int) -> None:
     by_name = {t.name.split(" (")[0]: t for t in timings}
     raw, floor = by_name["raw \\copy"], by_name.get("database floor")
-    print(f"\n{rows:,} rows, seed {args.seed}, chunk size {args.chunk_size}, {os.cpu_count()} cores")
-    print(f"{'what':55} {'seconds':>9} {'rows/s':>10} {'x floor':>8} {'x copy':>8} {'peak RSS':>9}"
-          f" {'db cpu s':>9} {'py cpu s':>9}")
+    print(
+        f"\n{rows:,} rows, seed {args.seed}, chunk size {args.chunk_size}, {os.cpu_count()} cores"
+    )
+    print(
+        f"{'what':55} {'seconds':>9} {'rows/s':>10} {'x floor':>8} {'x copy':>8} {'peak RSS':>9}"
+        f" {'db cpu s':>9} {'py cpu s':>9}"
+    )
     for t in timings:
         vs_floor = f"{t.rows_per_s / floor.rows_per_s:8.2f}" if floor else f"{'-':>8}"
         rss = f"{t.peak_rss_mib:7.0f}MB" if t.peak_rss_mib else f"{'':>9}"
         db_cpu = f"{t.db_cpu_s:9.1f}" if t.db_cpu_s is not None else f"{'':>9}"
         py_cpu = f"{t.client_cpu_s:9.1f}" if t.client_cpu_s is not None else f"{'':>9}"
-        print(f"{t.name:55} {t.seconds:9.2f} {t.rows_per_s:10,.0f} {vs_floor} "
-              f"{t.rows_per_s / raw.rows_per_s:8.3f} {rss} {db_cpu} {py_cpu}")
+        print(
+            f"{t.name:55} {t.seconds:9.2f} {t.rows_per_s:10,.0f} {vs_floor} "
+            f"{t.rows_per_s / raw.rows_per_s:8.3f} {rss} {db_cpu} {py_cpu}"
+        )
     results = HERE / "results"
     results.mkdir(exist_ok=True)
-    (results / f"{rows}.json").write_text(json.dumps(
-        {"rows": rows, "seed": args.seed, "chunk_size": args.chunk_size, "concurrency": args.concurrency,
-         "timings": [{**t.__dict__, "rows_per_s": t.rows_per_s} for t in timings]}, indent=2))
+    (results / f"{rows}.json").write_text(
+        json.dumps(
+            {
+                "rows": rows,
+                "seed": args.seed,
+                "chunk_size": args.chunk_size,
+                "concurrency": args.concurrency,
+                "timings": [{**t.__dict__, "rows_per_s": t.rows_per_s} for t in timings],
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

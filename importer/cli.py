@@ -36,21 +36,30 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     db = commands.add_parser("db", help="database schema")
     db.add_subparsers(dest="db_command", required=True).add_parser(
-        "migrate", help="apply schema.sql (idempotent)")
+        "migrate", help="apply schema.sql (idempotent)"
+    )
     imp = commands.add_parser("import", help="import a CSV/JSONL file (plain or .gz)")
     imp.add_argument("path", type=Path)
     imp.add_argument("--client-id", type=int, required=True)
-    imp.add_argument("--strategy", type=ConflictStrategy.parse, default=ConflictStrategy.MERGE,
-                     help="merge (default) or discard (ignore is accepted as discard)")
+    imp.add_argument(
+        "--strategy",
+        type=ConflictStrategy.parse,
+        default=ConflictStrategy.MERGE,
+        help="merge (default) or discard (ignore is accepted as discard)",
+    )
     imp.add_argument("--layout", type=Path, help="JSON layout: columns, delimiter, encoding")
-    imp.add_argument("--format", choices=[f.value for f in InputFormat],
-                     help="default: from the file name")
+    imp.add_argument(
+        "--format", choices=[f.value for f in InputFormat], help="default: from the file name"
+    )
     imp.add_argument("--chunk-size", type=_positive, default=settings.chunk_size)
     imp.add_argument("--concurrency", type=_positive, default=settings.concurrency)
     imp.add_argument("--errors-out", type=Path, help="write the error report (CSV) here")
     imp.add_argument("--user-id")
-    imp.add_argument("--international", action="store_true",
-                     help="phones carry their +country code (no default region)")
+    imp.add_argument(
+        "--international",
+        action="store_true",
+        help="phones carry their +country code (no default region)",
+    )
     imp.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return parser
 
@@ -60,9 +69,14 @@ class TerminalProgress:
 
     def __init__(self, console: Console) -> None:
         self._bar = Progress(
-            TextColumn("[bold]importing"), BarColumn(), TextColumn("{task.fields[rows]:>12,} rows"),
-            TextColumn("{task.fields[rate]:>9,.0f} rows/s"), TimeRemainingColumn(),
-            TextColumn("invalid {task.fields[invalid]:,}"), console=console, transient=True,
+            TextColumn("[bold]importing"),
+            BarColumn(),
+            TextColumn("{task.fields[rows]:>12,} rows"),
+            TextColumn("{task.fields[rate]:>9,.0f} rows/s"),
+            TimeRemainingColumn(),
+            TextColumn("invalid {task.fields[invalid]:,}"),
+            console=console,
+            transient=True,
         )
         self._task: TaskID | None = None
         self._started = time.perf_counter()
@@ -82,16 +96,26 @@ class TerminalProgress:
         if self._task is None:
             return
         elapsed = max(time.perf_counter() - self._started, 1e-6)
-        self._bar.update(self._task, completed=bytes_read, rows=counters.rows_read,
-                         rate=counters.rows_read / elapsed, invalid=counters.invalid)
+        self._bar.update(
+            self._task,
+            completed=bytes_read,
+            rows=counters.rows_read,
+            rate=counters.rows_read / elapsed,
+            invalid=counters.invalid,
+        )
 
 
 def outcome_document(outcome: ImportOutcome) -> dict[str, object]:
     c = outcome.counters
     document: dict[str, object] = {
-        "job_id": str(outcome.job_id), "status": outcome.status.value,
-        "rows_read": c.rows_read, "inserted": c.inserted, "updated": c.updated,
-        "invalid": c.invalid, "error": c.error, "ignored": c.ignored,
+        "job_id": str(outcome.job_id),
+        "status": outcome.status.value,
+        "rows_read": c.rows_read,
+        "inserted": c.inserted,
+        "updated": c.updated,
+        "invalid": c.invalid,
+        "error": c.error,
+        "ignored": c.ignored,
         "elapsed_s": round(outcome.elapsed_s, 3),
         "rows_per_s": round(c.rows_read / outcome.elapsed_s, 1) if outcome.elapsed_s else 0.0,
         "cpu_s": round(time.process_time(), 2),
@@ -118,9 +142,15 @@ def _request(args: argparse.Namespace) -> ImportRequest:
         layout = parse_layout(layout_document)
     input_format = InputFormat(args.format) if args.format else format_for(args.path.name)
     return ImportRequest(
-        client_id=args.client_id, strategy=args.strategy, input_format=input_format,
-        chunk_size=args.chunk_size, concurrency=args.concurrency, layout=layout,
-        layout_document=layout_document, user_id=args.user_id, international=args.international,
+        client_id=args.client_id,
+        strategy=args.strategy,
+        input_format=input_format,
+        chunk_size=args.chunk_size,
+        concurrency=args.concurrency,
+        layout=layout,
+        layout_document=layout_document,
+        user_id=args.user_id,
+        international=args.international,
     )
 
 
@@ -131,10 +161,12 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
     if show_bar:
         with TerminalProgress(console) as progress:
             outcome = uvloop.run(
-                runtime.run_import(settings, args.path, request, progress, args.errors_out))
+                runtime.run_import(settings, args.path, request, progress, args.errors_out)
+            )
     else:
         outcome = uvloop.run(
-            runtime.run_import(settings, args.path, request, None, args.errors_out))
+            runtime.run_import(settings, args.path, request, None, args.errors_out)
+        )
     if args.json:
         sys.stdout.write(orjson.dumps(outcome_document(outcome)).decode() + "\n")
     else:

@@ -57,9 +57,7 @@ def batch_counters(batch: Batch, strategy: ConflictStrategy, new_keys: int) -> C
 
 def discarded_counters(batch: Batch) -> Counters:
     """Counters of a batch given up after all retries: its valid rows count as ``error``."""
-    return Counters(
-        rows_read=batch.rows_read, invalid=batch.invalid, error=len(batch.rows)
-    )
+    return Counters(rows_read=batch.rows_read, invalid=batch.invalid, error=len(batch.rows))
 
 
 def should_retry(attempt: int, max_attempts: int, transient: bool) -> bool:

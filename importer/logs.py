@@ -19,8 +19,11 @@ def configure_logging(log_format: str = "console", level: str = "warning") -> No
     ]
     if log_format == "json":
         structlog.configure(
-            processors=[*shared, structlog.processors.format_exc_info,
-                        structlog.processors.JSONRenderer(serializer=orjson.dumps)],
+            processors=[
+                *shared,
+                structlog.processors.format_exc_info,
+                structlog.processors.JSONRenderer(serializer=orjson.dumps),
+            ],
             wrapper_class=structlog.make_filtering_bound_logger(numeric),
             logger_factory=structlog.BytesLoggerFactory(sys.stderr.buffer),
             cache_logger_on_first_use=True,

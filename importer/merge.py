@@ -9,7 +9,7 @@ only values that differ are updated.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from importer.models import Channel, ConflictStrategy, ContactRow, Detail
@@ -48,11 +48,6 @@ class BatchPlan:
     @property
     def new_keys(self) -> int:
         return len(self.new_contacts)
-
-
-def batch_keys(rows: Iterable[ContactRow]) -> list[str]:
-    """The distinct keys of a batch, sorted: rows are locked in this order (no deadlocks)."""
-    return sorted({row.cpf_cnpj for row in rows})
 
 
 def fold_rows(rows: Sequence[ContactRow], strategy: ConflictStrategy) -> dict[str, MergedContact]:

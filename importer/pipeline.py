@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import structlog
@@ -31,7 +31,6 @@ from importer.models import (
 from importer.ports import Finalized, Progress, Source, Store
 from importer.reader import (
     CsvReader,
-    FileRejected,
     GzipInflater,
     JsonlReader,
     JsonRecord,
@@ -81,68 +80,75 @@ def partition_of(key: str, partitions: int) -> int:
 # --- source → records -------------------------------------------------------------------------
 
 
-class _ByteCounter:
-    __slots__ = ("read",)
+class BlockParser:
+    """Raw source blocks → batches, synchronously (run off the event loop, in a thread).
 
-    def __init__(self) -> None:
-        self.read = 0
+    Inflates gzip one bounded piece at a time (a bomb never materializes), sniffs encoding and
+    delimiter on the first 64 KiB, decodes records and hands them to the :class:`Chunker`.
+    """
+
+    def __init__(self, job: Job, source_name: str, config: PipelineConfig) -> None:
+        self.chunker = Chunker(job, config)
+        self._config = config
+        self._format = job.input_format
+        self._source_name = source_name
+        self._inflater: GzipInflater | None = None
+        self._pieces: Iterator[bytes] = iter(())
+        self._head = bytearray()
+        self._reader: CsvReader | JsonlReader | None = None
+        self._started = False
+
+    def push(self, block: bytes) -> None:
+        """Take the next raw block; :meth:`pull` then parses it piece by piece."""
+        if not self._started:
+            self._started = True
+            if block.startswith(_GZIP_MAGIC) or self._source_name.endswith(".gz"):
+                self._inflater = GzipInflater(self._config.limits.max_decompressed_bytes)
+        self._pieces = self._inflater.feed_iter(block) if self._inflater else iter((block,))
+
+    def pull(self) -> list[Batch] | None:
+        """The batches of the next piece of the pushed block; None once it is used up."""
+        piece = next(self._pieces, None)
+        return None if piece is None else self._feed_decoded(piece)
+
+    def finish(self) -> list[Batch]:
+        if self._inflater is not None:
+            self._inflater.finish()
+        batches: list[Batch] = []
+        if self._reader is None:
+            self._reader = _reader(bytes(self._head), self._format, self._config)
+            batches += self.chunker.feed(self._reader.feed(bytes(self._head)))
+        return batches + self.chunker.feed(self._reader.finish()) + self.chunker.finish()
+
+    def _feed_decoded(self, data: bytes) -> list[Batch]:
+        if self._reader is None:
+            self._head += data
+            if len(self._head) < _SNIFF_BYTES:
+                return []
+            self._reader = _reader(bytes(self._head), self._format, self._config)
+            data = bytes(self._head)
+        return self.chunker.feed(self._reader.feed(data))
 
 
-async def _decompressed(
-    source: Source, limits: Limits, block_size: int, counter: _ByteCounter
-) -> AsyncIterator[bytes]:
-    """Source blocks, inflated when gzip, with the file-size and expansion caps enforced."""
-    inflater: GzipInflater | None = None
-    first = True
-    async for block in source.blocks(block_size):
-        counter.read += len(block)
-        if counter.read > limits.max_file_bytes:
-            raise FileRejectedError(Reason.FILE_TOO_LARGE, f"more than {limits.max_file_bytes} bytes")
-        if first:
-            first = False
-            if block.startswith(_GZIP_MAGIC) or source.name.endswith(".gz"):
-                inflater = GzipInflater(limits.max_decompressed_bytes)
-        yield inflater.feed(block) if inflater is not None else block
-    if inflater is not None:
-        yield inflater.finish()
-
-
-async def _records(
-    source: Source, input_format: InputFormat, config: PipelineConfig, counter: _ByteCounter
-) -> AsyncIterator[Sequence[RawRecord | JsonRecord]]:
-    """Decoded records in file order, in the lists the reader returns them."""
-    layout = config.layout
-    blocks = _decompressed(source, config.limits, config.read_block_bytes, counter)
-    head = bytearray()
-    reader: CsvReader | JsonlReader | None = None
-    async for block in blocks:
-        if reader is None:
-            head += block
-            if len(head) < _SNIFF_BYTES:
-                continue
-            reader = _reader(bytes(head), input_format, layout, config.limits)
-            block = bytes(head)
-        yield reader.feed(block)
-    if reader is None:
-        reader = _reader(bytes(head), input_format, layout, config.limits)
-        yield reader.feed(bytes(head))
-    yield reader.finish()
+def _check_size(bytes_read: int, limit: int) -> None:
+    if bytes_read > limit:
+        raise FileRejectedError(Reason.FILE_TOO_LARGE, f"more than {limit} bytes")
 
 
 def _reader(
-    sample: bytes, input_format: InputFormat, layout: Layout | None, limits: Limits
+    sample: bytes, input_format: InputFormat, config: PipelineConfig
 ) -> CsvReader | JsonlReader:
-    try:
-        sniffed = sniff(
-            sample,
-            encoding=layout.encoding if layout else None,
-            delimiter=layout.delimiter if layout else None,
-        )
-    except FileRejected as exc:
-        raise FileRejectedError(exc.reason, exc.detail) from exc
+    layout, limits = config.layout, config.limits
+    sniffed = sniff(
+        sample,
+        encoding=layout.encoding if layout else None,
+        delimiter=layout.delimiter if layout else None,
+    )
     if input_format is InputFormat.JSONL:
         return JsonlReader(
-            sniffed, max_field_chars=limits.max_field_chars, max_record_chars=limits.max_record_chars
+            sniffed,
+            max_field_chars=limits.max_field_chars,
+            max_record_chars=limits.max_record_chars,
         )
     return CsvReader(
         sniffed, max_field_chars=limits.max_field_chars, max_record_chars=limits.max_record_chars
@@ -168,7 +174,9 @@ class _ChunkBuffer:
     def __post_init__(self) -> None:
         self.rows = [[] for _ in range(self.partitions)]
 
-    def add(self, line: int, end_offset: int, row: ContactRow | None, issues: list[RowIssue]) -> None:
+    def add(
+        self, line: int, end_offset: int, row: ContactRow | None, issues: list[RowIssue]
+    ) -> None:
         if self.count == 0:
             self.first_line = line
         self.count += 1
@@ -229,10 +237,9 @@ class Chunker:
         for record in records:
             if isinstance(record, JsonRecord):
                 row, issues = self._json_row(record)
+            elif self._csv_builder is None and self._start_csv(record):
+                continue
             else:
-                if self._csv_builder is None:
-                    if self._start_csv(record):
-                        continue
                 row, issues = self._csv_row(record)
             buffer.add(record.line, record.end_offset, row, issues)
             if buffer.count >= size:
@@ -240,9 +247,8 @@ class Chunker:
         return batches
 
     def finish(self) -> list[Batch]:
-        if self._csv_builder is None and self._job.input_format is InputFormat.CSV:
-            if not self.header_seen:
-                raise FileRejectedError(Reason.EMPTY_FILE, "the file has no records")
+        if self._job.input_format is InputFormat.CSV and not self.header_seen:
+            raise FileRejectedError(Reason.EMPTY_FILE, "the file has no records")
         return self._buffer.cut() if self._buffer.count else []
 
     @property
@@ -253,8 +259,10 @@ class Chunker:
         """Build the plan from the header (True: the record was the header) or by position."""
         layout = self._config.layout
         if record.fields is None:
-            raise FileRejectedError(record.reason or Reason.INVALID_ENCODING,
-                                    f"the header on line {record.line} is unreadable")
+            raise FileRejectedError(
+                record.reason or Reason.INVALID_ENCODING,
+                f"the header on line {record.line} is unreadable",
+            )
         self.header_seen = True
         if layout is not None and not layout.has_header:
             plan = plan_for_positions(len(record.fields), layout)
@@ -277,16 +285,18 @@ class Chunker:
 
     def _csv_row(self, record: RawRecord) -> tuple[ContactRow | None, list[RowIssue]]:
         if record.fields is None:
-            return None, [record_issue(record.line, record.reason or Reason.INVALID_ENCODING,
-                                       record.raw)]
+            return None, [
+                record_issue(record.line, record.reason or Reason.INVALID_ENCODING, record.raw)
+            ]
         assert self._csv_builder is not None
         return self._csv_builder.build(record.line, record.fields)
 
     def _json_row(self, record: JsonRecord) -> tuple[ContactRow | None, list[RowIssue]]:
         self.header_seen = True
         if record.values is None:
-            return None, [record_issue(record.line, record.reason or Reason.MALFORMED_JSON,
-                                       record.raw)]
+            return None, [
+                record_issue(record.line, record.reason or Reason.MALFORMED_JSON, record.raw)
+            ]
         keys = tuple(record.values)
         builder = self._json_builders.get(keys)
         if builder is None:
@@ -327,7 +337,6 @@ class ImportRun:
         self._progress: Progress = progress or NullProgress()
         self.stop = stop or asyncio.Event()
         self.state = RunState()
-        self._counter = _ByteCounter()
         self._queues: list[asyncio.Queue[Batch | None]] = [
             asyncio.Queue(config.queue_depth) for _ in range(job.partitions)
         ]
@@ -341,8 +350,12 @@ class ImportRun:
         await self._supervise(done)
         if self.state.failure is not None:
             failure = self.state.failure
-            log.warning("import_rejected", job_id=str(self.job.id), reason=failure.reason.value,
-                        detail=failure.detail)
+            log.warning(
+                "import_rejected",
+                job_id=str(self.job.id),
+                reason=failure.reason.value,
+                detail=failure.detail,
+            )
             return await store.finalize(self.job.id, failure.reason.value)
         if self.stop.is_set():
             return None
@@ -369,20 +382,24 @@ class ImportRun:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _read(self, done: frozenset[tuple[int, int]]) -> None:
-        chunker = Chunker(self.job, self._config)
+        """Stream the source; parse each block in a thread so consumers keep the loop."""
+        parser = BlockParser(self.job, self._source.name, self._config)
         started = False
+        limit = self._config.limits.max_file_bytes
         try:
-            async for records in _records(self._source, self.job.input_format, self._config,
-                                          self._counter):
-                batches = chunker.feed(records)
-                started = await self._ensure_started(chunker, started)
-                await self._submit(batches, done)
+            async for block in self._source.blocks(self._config.read_block_bytes):
+                self.state.bytes_read += len(block)
+                _check_size(self.state.bytes_read, limit)
+                parser.push(block)
+                while (batches := await asyncio.to_thread(parser.pull)) is not None:
+                    started = await self._ensure_started(parser.chunker, started)
+                    await self._submit(batches, done)
                 if self.stop.is_set():
                     return
-            batches = chunker.finish()
-            started = await self._ensure_started(chunker, started)
+            batches = await asyncio.to_thread(parser.finish)
+            started = await self._ensure_started(parser.chunker, started)
             await self._submit(batches, done)
-        except FileRejectedError as exc:
+        except FileRejectedError as exc:  # the reader's FileRejected included
             self.state.failure = exc
         # Not in a `finally`: a cancelled reader must not block on a dead consumer's full queue.
         for queue in self._queues:
@@ -401,7 +418,6 @@ class ImportRun:
         return started
 
     async def _submit(self, batches: list[Batch], done: frozenset[tuple[int, int]]) -> None:
-        self.state.bytes_read = self._counter.read
         for batch in batches:
             if batch.key not in done:
                 await self._queues[batch.partition].put(batch)
@@ -423,8 +439,14 @@ class ImportRun:
                 counters = await store.apply_batch(self.job, batch)
             except TransientStoreError as exc:
                 if lifecycle.should_retry(attempt, self._config.max_batch_attempts, True):
-                    log.warning("batch_retry", job_id=str(self.job.id), chunk=batch.chunk_no,
-                                partition=batch.partition, attempt=attempt, error=str(exc))
+                    log.warning(
+                        "batch_retry",
+                        job_id=str(self.job.id),
+                        chunk=batch.chunk_no,
+                        partition=batch.partition,
+                        attempt=attempt,
+                        error=str(exc),
+                    )
                     await asyncio.sleep(lifecycle.retry_delay(attempt))
                     continue
                 return await self._discard(store, batch, attempt, exc)
@@ -433,7 +455,13 @@ class ImportRun:
             return counters if counters is not None else Counters()
 
     async def _discard(self, store: Store, batch: Batch, attempts: int, exc: Exception) -> Counters:
-        log.error("batch_discarded", job_id=str(self.job.id), chunk=batch.chunk_no,
-                  partition=batch.partition, attempts=attempts, error=str(exc))
+        log.error(
+            "batch_discarded",
+            job_id=str(self.job.id),
+            chunk=batch.chunk_no,
+            partition=batch.partition,
+            attempts=attempts,
+            error=str(exc),
+        )
         await store.discard_batch(self.job, batch, attempts, str(exc))
         return lifecycle.discarded_counters(batch)

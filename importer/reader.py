@@ -4,8 +4,11 @@
 ``JsonlReader`` turn a stream of byte blocks into records that carry the physical line where
 they start and the byte offset just after them; ``GzipInflater`` decompresses with a cap.
 
-Memory stays bounded by the record cap plus one block whatever the input: a record over the
-cap is skipped by keeping only the parser's state (as a two-character prefix), never its text.
+CSV records are cut exactly as Python's csv module cuts them (quotes open a field only at its
+start, "" inside quotes, CRLF/LF/CR line ends), then split with str.split when they hold no
+quote and by csv otherwise. Memory stays bounded by the record cap plus one block whatever the
+input: a record over the cap is skipped by keeping only the parser's state (as a prefix of at
+most two characters), never its text, and it is reported ``field_too_long`` at its real end.
 Undecodable bytes are decoded as lone surrogates (U+DC00 + byte), so a bad record never stops
 the stream: any record holding one is reported ``invalid_encoding``, and U+FFFD never appears.
 """
@@ -16,6 +19,7 @@ import codecs
 import csv
 import json
 import re
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -52,6 +56,8 @@ _ASCII_WIDTH = {
     "utf-32-le": 4,
     "utf-32-be": 4,
 }
+# Codecs named without a byte order or BOM use, as the file is when it has no BOM.
+_UNMARKED = {"utf-8-sig": "utf-8", "utf-16": "utf-16-le", "utf-32": "utf-32-le"}
 _SINGLE_BYTE = frozenset({"cp1252", "iso8859-1", "iso8859-15", "ascii"})
 # charset_normalizer's names of Latin-script single-byte code pages. On short Portuguese text it
 # often prefers cp1250 or a DOS page over cp1252; for this product's files (Excel, pt-BR) any of
@@ -108,11 +114,14 @@ class JsonRecord:
 # --- decoding -------------------------------------------------------------------------------
 
 
-class _Tally:
-    """Undecodable sequences met so far (process-wide), so that a decoder knows whether a
-    block had any without scanning its text; another thread's count only costs a scan."""
+class _Tally(threading.local):
+    """Undecodable sequences met so far in this thread, so that a decoder knows whether a
+    block had any without scanning its text."""
 
     decode_errors = 0
+
+
+_TALLY = _Tally()
 
 
 def _escape_bytes(exc: UnicodeError) -> tuple[str, int]:
@@ -122,7 +131,7 @@ def _escape_bytes(exc: UnicodeError) -> tuple[str, int]:
     """
     if not isinstance(exc, UnicodeDecodeError):
         raise exc
-    _Tally.decode_errors += 1
+    _TALLY.decode_errors += 1
     bad = exc.object[exc.start : exc.end]
     return "".join([chr(0xDC00 + byte) for byte in bad]), exc.end
 
@@ -175,9 +184,9 @@ class _Decoder:
         """The text of data and the number of BOM bytes dropped from its start."""
         bom = min(self._bom_left, len(data))
         self._bom_left -= bom
-        errors_before = _Tally.decode_errors
+        errors_before = _TALLY.decode_errors
         text = self._decoder.decode(data[bom:] if bom else data, final)
-        self.escaped = _Tally.decode_errors != errors_before
+        self.escaped = _TALLY.decode_errors != errors_before
         return text, bom
 
     def count_bytes(self, text: str) -> int:
@@ -215,7 +224,7 @@ def sniff(sample: bytes, *, encoding: str | None = None, delimiter: str | None =
     the end is fine, and so are a few bad bytes among more valid multi-byte sequences); else
     cp1252 if charset_normalizer's guess is a Latin single-byte code page or the sample reads
     as Windows-1252 text with few accented letters; else UNSUPPORTED_ENCODING. A given name
-    must be one of the supported codecs ("utf-16" takes its endianness from the BOM).
+    must be one of the supported codecs; a BOM overrides it.
     Delimiter: the one of DELIMITERS occurring most outside quotes in the first non-blank
     record, "," when none does. An empty or blank sample is EMPTY_FILE.
     """
@@ -286,16 +295,16 @@ def _reads_as_western(sample: bytes) -> bool:
 
 
 def _given_encoding(sample: bytes, encoding: str) -> tuple[str, int]:
-    """The given codec, its endianness taken from the BOM if unsaid, and the BOM to skip."""
+    """The given codec and no BOM, unless the sample starts with a BOM, which wins (as in the
+    WHATWG Encoding standard: a layout saying cp1252 must not garble an Excel UTF-8 export)."""
     codec = _canonical(encoding)
     bom_codec, bom_length = _bom(sample)
-    if codec == "utf-8-sig":
-        codec = "utf-8"
-    elif codec in ("utf-16", "utf-32"):
-        codec = bom_codec if bom_codec and bom_codec.startswith(codec) else f"{codec}-le"
+    if bom_codec is not None:
+        return bom_codec, bom_length
+    codec = _UNMARKED.get(codec, codec)
     if codec not in _ASCII_WIDTH:
         raise FileRejected(Reason.UNSUPPORTED_ENCODING, f"encoding {encoding!r} not supported")
-    return codec, bom_length if bom_codec == codec else 0
+    return codec, 0
 
 
 def _first_record(text: str) -> str:
@@ -560,12 +569,13 @@ class CsvReader:
         return out
 
     def _problem(self, content: str, fields: list[str]) -> Reason | None:
-        reason = _char_problem(content)
-        if reason is not None or len(content) > self._max_record:
-            return reason or Reason.FIELD_TOO_LONG
-        if max(map(len, fields), default=0) > self._max_field:
+        # A record over the cap is field_too_long whatever it holds: a skipped one is never seen.
+        if len(content) > self._max_record:
             return Reason.FIELD_TOO_LONG
-        return None
+        reason = _char_problem(content)
+        if reason is None and max(map(len, fields), default=0) > self._max_field:
+            return Reason.FIELD_TOO_LONG
+        return reason
 
     def _hold(self, tail: str) -> None:
         """Keep the record in progress, or start skipping it once it passes the cap."""
@@ -653,8 +663,11 @@ def _json_values(text: str) -> tuple[dict[str, str] | None, Reason | None]:
         return None, Reason.MALFORMED_JSON
     if not isinstance(parsed, dict):
         return None, Reason.NOT_AN_OBJECT
+    kinds = set(map(type, parsed.values()))
+    if kinds <= {str}:
+        return parsed, None  # the usual case, checked at C speed
     values = {key: _json_text(value) for key, value in parsed.items()}
-    if any(isinstance(value, float) for value in parsed.values()):
+    if float in kinds:
         values.update(_exact_numbers(text, parsed))
     return values, None
 
@@ -677,6 +690,7 @@ class JsonlReader:
         self._line = start_line
         self._offset = start_offset
         self._buf = ""
+        self._dirty = False  # whether _buf may hold undecodable bytes
         self._skip: _Skip | None = None
 
     @property
@@ -703,37 +717,40 @@ class JsonlReader:
         if pos < 0:
             return out
         stop = len(buf) if final else max(pos, buf.rfind("\n") + 1)
+        dirty = self._dirty or self._decoder.escaped
+        suspect = dirty or buf.find("\x00", pos, stop) >= 0
         lines = buf[pos:stop].split("\n")
         last = lines.pop()  # "" unless the file ends without a line break
         for line in lines:
-            self._add(line, 1, out)
+            self._add(line, 1, suspect, out)
         if last:
-            self._add(last, 0, out)
+            self._add(last, 0, suspect, out)
         self._hold(buf[stop:])
+        self._dirty = dirty and _SURROGATE.search(self._buf) is not None
         return out
 
-    def _add(self, text: str, breaks: int, out: list[JsonRecord]) -> None:
+    def _add(self, text: str, breaks: int, suspect: bool, out: list[JsonRecord]) -> None:
         line = self._line
         self._line += 1
         self._offset += self._decoder.count_bytes(text) + breaks * self._decoder.ascii_width
-        if text.strip():
-            out.append(self._record(text, line))
+        if len(text) - text.endswith("\r") > self._max_record:  # as when skipped: never seen
+            out.append(JsonRecord(line, None, Reason.FIELD_TOO_LONG, _display(text), self._offset))
+        elif text.strip():
+            out.append(self._record(text, line, suspect))
 
-    def _record(self, text: str, line: int) -> JsonRecord:
-        reason = _char_problem(text)
-        if reason is None and len(text) - text.endswith("\r") > self._max_record:
-            reason = Reason.FIELD_TOO_LONG
-        values = None
+    def _record(self, text: str, line: int, suspect: bool) -> JsonRecord:
+        values, reason = None, _char_problem(text) if suspect else None
         if reason is None:
             values, reason = _json_values(text)
         if values is not None:
-            reason = self._values_problem(values)
+            reason = self._values_problem(text, values)
         if reason is not None:
-            values = None
-        return JsonRecord(line, values, reason, _display(text), self._offset)
+            return JsonRecord(line, None, reason, _display(text), self._offset)
+        raw = text[: RAW_CHARS + 1].rstrip("\r")[:RAW_CHARS]
+        return JsonRecord(line, values, None, raw, self._offset)
 
-    def _values_problem(self, values: dict[str, str]) -> Reason | None:
-        if any("\x00" in key or "\x00" in value for key, value in values.items()):
+    def _values_problem(self, text: str, values: dict[str, str]) -> Reason | None:
+        if "\\u0000" in text and any("\x00" in k or "\x00" in v for k, v in values.items()):
             return Reason.NUL_BYTE  # from a \u0000 escape
         if max(map(len, values.values()), default=0) > self._max_field:
             return Reason.FIELD_TOO_LONG
@@ -774,7 +791,9 @@ class GzipInflater:
 
     Concatenated members are read one after another; zero padding after a member is ignored,
     as gzip does. ``feed_iter`` yields pieces of at most ``piece_bytes``, so memory stays at one
-    piece whatever the ratio; ``feed`` joins them (up to the whole cap for one block).
+    piece whatever the ratio; ``feed`` joins them, so one 256 KiB block of zeros (~256 MB out)
+    is held whole. The output passes the cap by at most one byte before the rejection. Damaged
+    or truncated data is SOURCE_UNREADABLE.
     """
 
     def __init__(self, max_output_bytes: int, *, piece_bytes: int = PIECE_BYTES) -> None:
@@ -790,6 +809,7 @@ class GzipInflater:
         return self._total
 
     def feed(self, data: bytes) -> bytes:
+        """All the bytes data decompresses to (up to the cap: prefer feed_iter in a pipeline)."""
         return b"".join(self.feed_iter(data))
 
     def feed_iter(self, data: bytes) -> Iterator[bytes]:

@@ -88,9 +88,16 @@ async def import_source(
     await ImportRun(job, source, store, config, progress, stop).run()
     job = await store.get_job(job.id)
     elapsed = time.perf_counter() - started
-    log.info("job_finished", status=job.status.value, elapsed_s=round(elapsed, 3),
-             rows_read=job.counters.rows_read, inserted=job.counters.inserted,
-             updated=job.counters.updated, invalid=job.counters.invalid,
-             error=job.counters.error, ignored=job.counters.ignored,
-             fail_reason=job.fail_reason)
+    log.info(
+        "job_finished",
+        status=job.status.value,
+        elapsed_s=round(elapsed, 3),
+        rows_read=job.counters.rows_read,
+        inserted=job.counters.inserted,
+        updated=job.counters.updated,
+        invalid=job.counters.invalid,
+        error=job.counters.error,
+        ignored=job.counters.ignored,
+        fail_reason=job.fail_reason,
+    )
     return ImportOutcome(job.id, job.status, job.counters, job.fail_reason, elapsed)

@@ -112,10 +112,14 @@ def parse_target(word: str) -> Target | None:
 def parse_layout(document: Mapping[str, object]) -> Layout:
     """Validate a JSON layout document; raise :class:`LayoutError` with the field at fault."""
     raw_columns = document.get("columns", [])
-    columns = raw_columns.items() if isinstance(raw_columns, Mapping) else raw_columns
-    if not isinstance(columns, Sequence | type({}.items())):
+    items: list[object]
+    if isinstance(raw_columns, Mapping):
+        items = list(raw_columns.items())
+    elif isinstance(raw_columns, list):
+        items = raw_columns
+    else:
         raise LayoutError("layout.columns must be a list or an object")
-    parsed = tuple(_layout_column(item) for item in columns)
+    parsed = tuple(_layout_column(item) for item in items)
     delimiter = _optional_str(document, "delimiter")
     if delimiter is not None and delimiter not in (",", ";", "\t", "|"):
         raise LayoutError("layout.delimiter must be one of , ; TAB |")
@@ -125,8 +129,9 @@ def parse_layout(document: Mapping[str, object]) -> Layout:
     unmapped = document.get("unmapped", "custom")
     if unmapped not in ("custom", "ignore"):
         raise LayoutError("layout.unmapped must be 'custom' or 'ignore'")
-    return Layout(parsed, delimiter, _optional_str(document, "encoding"), has_header,
-                  unmapped == "custom")
+    return Layout(
+        parsed, delimiter, _optional_str(document, "encoding"), has_header, unmapped == "custom"
+    )
 
 
 def _layout_column(item: object) -> LayoutColumn:
@@ -183,8 +188,9 @@ def plan_for_header(header: Sequence[str], layout: Layout | None, max_columns: i
     unmapped_as_custom = layout is None or layout.unmapped_as_custom
     columns: list[Column] = []
     for index, name in enumerate(names):
-        target = explicit[index] if index in explicit else _implicit_target(
-            name, unmapped_as_custom)
+        target = (
+            explicit[index] if index in explicit else _implicit_target(name, unmapped_as_custom)
+        )
         if target is not None:
             columns.append(Column(index, name or f"column_{index + 1}", target))
     return _checked_plan(columns, len(names))
@@ -208,8 +214,7 @@ def plan_for_keys(keys: Sequence[str], layout: Layout | None) -> RowPlan:
     unmapped_as_custom = layout is None or layout.unmapped_as_custom
     columns = []
     for index, key in enumerate(keys):
-        target = explicit[index] if index in explicit else _implicit_target(
-            key, unmapped_as_custom)
+        target = explicit[index] if index in explicit else _implicit_target(key, unmapped_as_custom)
         if target is not None:
             columns.append(Column(index, key, target))
     _reject_duplicate_attributes(columns)
@@ -233,8 +238,11 @@ def _explicit_targets(names: Sequence[str], layout: Layout | None) -> dict[int, 
     by_key = {header_key(n): i for i, n in enumerate(names)}
     explicit: dict[int, Target | None] = {}
     for column in layout.columns:
-        index = column.source if isinstance(column.source, int) else by_key.get(
-            header_key(column.source))
+        index = (
+            column.source
+            if isinstance(column.source, int)
+            else by_key.get(header_key(column.source))
+        )
         if index is None or index >= len(names):
             continue
         explicit[index] = column.target
@@ -296,10 +304,12 @@ class RowBuilder:
         self.plan = plan
         self._international = international
         self._max_value = max_value_chars
-        self._steps = [(c.index, c.name, self._step(c)) for c in plan.columns]
-        self._key_column = next(c.name for c in plan.columns
-                                if c.target.attribute is Attribute.CPF_CNPJ) \
-            if plan.field_count is not None else "cpf_cnpj"
+        self._steps = [(c.index, self._step(c)) for c in plan.columns]
+        self._key_column = (
+            next(c.name for c in plan.columns if c.target.attribute is Attribute.CPF_CNPJ)
+            if plan.field_count is not None
+            else "cpf_cnpj"
+        )
 
     def build(self, line: int, fields: Sequence[str]) -> tuple[ContactRow | None, list[RowIssue]]:
         """One record → (row or None when invalid, issues). Never raises on content."""
@@ -310,7 +320,7 @@ class RowBuilder:
             return None, [RowIssue(line, None, reason, detail, Severity.INVALID)]
         state = _RowState(line)
         issues: list[RowIssue] = []
-        for index, name, step in self._steps:
+        for index, step in self._steps:
             if index >= len(fields):
                 continue
             value = fields[index].strip()
@@ -329,8 +339,14 @@ class RowBuilder:
             issues.insert(0, RowIssue(state.line, self._key_column, key, None, Severity.INVALID))
         if isinstance(key, Reason):
             return None, issues
-        row = ContactRow(state.line, key, state.name, state.street_address,
-                         tuple(state.details), tuple(state.custom))
+        row = ContactRow(
+            state.line,
+            key,
+            state.name,
+            state.street_address,
+            tuple(state.details),
+            tuple(state.custom),
+        )
         return row, issues
 
     def _step(self, column: Column) -> _Step:

@@ -16,7 +16,9 @@ import pytest
 
 from importer.adapters.postgres import migrate
 
-ADMIN_DSN = os.environ.get("IMPORTER_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+ADMIN_DSN = os.environ.get(
+    "IMPORTER_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
 
 
 def dsn_for(database: str) -> str:

@@ -13,8 +13,12 @@ from tests.support import bad_cpf, cpf
 
 HEADER = ["nome", "cpf", "email", "celular", "plano", "cidade"]
 KEYS = [cpf(i) for i in range(1, 13)]
-PHONES = {"": None, "(11) 91234-5678": "+5511912345678", "21 99876-5432": "+5521998765432",
-          "123": None}
+PHONES = {
+    "": None,
+    "(11) 91234-5678": "+5511912345678",
+    "21 99876-5432": "+5521998765432",
+    "123": None,
+}
 EMAILS = {"": None, "a@x.com.br": "a@x.com.br", "B@X.COM.BR": "B@x.com.br", "bad-email": None}
 
 
@@ -42,7 +46,7 @@ def _formatted(key: str, style: int) -> str:
 def rows(draw: st.DrawFn) -> GeneratedRow:
     key_kind = draw(st.sampled_from(["valid"] * 8 + ["bad", "missing"]))
     index = draw(st.integers(0, len(KEYS) - 1))
-    name = draw(st.sampled_from(["", "Ana", "Bia", "  Caio  ", "João, \"Jr\""]))
+    name = draw(st.sampled_from(["", "Ana", "Bia", "  Caio  ", 'João, "Jr"']))
     email = draw(st.sampled_from(sorted(EMAILS)))
     phone = draw(st.sampled_from(sorted(PHONES)))
     plan = draw(st.sampled_from(["", "p1", "p2"]))

@@ -18,7 +18,9 @@ from importer.testing import ContactState
 from importer.validate import Layout
 
 
-def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[str]], delimiter: str = ",") -> Path:
+def write_csv(
+    path: Path, header: Sequence[str], rows: Sequence[Sequence[str]], delimiter: str = ","
+) -> Path:
     with path.open("w", encoding="utf-8", newline="") as out:
         writer = csv.writer(out, delimiter=delimiter, lineterminator="\n")
         writer.writerow(header)
@@ -40,9 +42,12 @@ async def import_file(
     """Run a whole import in this process against ``dsn`` and check the counter identity."""
     settings = Settings(database_url=dsn, chunk_size=chunk_size, concurrency=concurrency)
     request = ImportRequest(
-        client_id=client_id, strategy=strategy,
+        client_id=client_id,
+        strategy=strategy,
         input_format=input_format or format_for(path.name),
-        chunk_size=chunk_size, concurrency=concurrency, layout=layout,
+        chunk_size=chunk_size,
+        concurrency=concurrency,
+        layout=layout,
     )
     pool = await connect_pool(dsn, concurrency + 1)
     try:
@@ -61,16 +66,22 @@ async def db_state(dsn: str, client_id: int) -> dict[str, ContactState]:
             r["cpf_cnpj"]: ContactState(r["name"], r["street_address"])
             for r in await conn.fetch(
                 "SELECT cpf_cnpj, name, street_address FROM contact"
-                " WHERE client_id = $1 AND deleted_at IS NULL", client_id)
+                " WHERE client_id = $1 AND deleted_at IS NULL",
+                client_id,
+            )
         }
         for r in await conn.fetch(
             "SELECT c.cpf_cnpj, d.channel_id, d.value FROM contact_details d"
-            " JOIN contact c ON c.id = d.contact_id WHERE c.client_id = $1", client_id):
+            " JOIN contact c ON c.id = d.contact_id WHERE c.client_id = $1",
+            client_id,
+        ):
             state[r["cpf_cnpj"]].details.add((Channel(r["channel_id"]), r["value"]))
         for r in await conn.fetch(
             "SELECT c.cpf_cnpj, lower(f.name) AS field, v.value FROM contact_custom_fields v"
             " JOIN contact c ON c.id = v.contact_id JOIN custom_field f ON f.id = v.custom_field_id"
-            " WHERE c.client_id = $1", client_id):
+            " WHERE c.client_id = $1",
+            client_id,
+        ):
             state[r["cpf_cnpj"]].custom_fields[r["field"]] = r["value"]
         return state
     finally:
@@ -91,7 +102,9 @@ async def finalization_counts(dsn: str, job_id: uuid.UUID) -> tuple[int, int]:
         dsn,
         "SELECT (SELECT count(*) FROM import_batch_finalized WHERE batch_id = $1) AS fin,"
         " (SELECT count(*) FROM outbox WHERE topic = 'notification'"
-        "  AND payload->>'job_id' = $1::text) AS notes", job_id)
+        "  AND payload->>'job_id' = $1::text) AS notes",
+        job_id,
+    )
     return rows[0]["fin"], rows[0]["notes"]
 
 

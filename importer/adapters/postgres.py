@@ -15,9 +15,11 @@ from typing import Any
 
 import asyncpg
 import orjson
+from asyncpg.pool import PoolConnectionProxy
 
 from importer import lifecycle, merge
 from importer.exceptions import (
+    BatchAlreadyAppliedError,
     IllegalTransitionError,
     JobNotFoundError,
     StoreError,
@@ -39,6 +41,9 @@ from importer.models import (
 from importer.ports import Finalized, NewJob
 from importer.sql import queries, schema
 
+# A pool's connection proxy or a plain connection.
+Conn = asyncpg.Connection | PoolConnectionProxy
+
 _TRANSIENT = (
     asyncpg.exceptions.PostgresConnectionError,
     asyncpg.exceptions.InterfaceError,
@@ -57,6 +62,7 @@ _TRANSIENT = (
     TimeoutError,
 )
 
+_ID_BLOCK = 4096  # contact ids reserved per sequence round trip
 _MIGRATION_LOCK = 0x1A4F0001  # advisory lock id serializing concurrent `db migrate` runs
 
 _CONTACT = ("id", "client_id", "cpf_cnpj", "name", "street_address", "import_job_id")
@@ -90,7 +96,7 @@ async def connect_pool(dsn: str, size: int) -> asyncpg.Pool:
     return pool
 
 
-async def _init_connection(conn: asyncpg.Connection) -> None:
+async def _init_connection(conn: Conn) -> None:
     await conn.execute(queries()["init_connection"])
 
 
@@ -120,6 +126,7 @@ class PostgresStore:
         self._q = queries()
         self._field_ids: dict[tuple[int, str], int] = {}  # (client, lower(name)) → id
         self._field_names: dict[int, str] = {}  # id → lower(name)
+        self._id_pool: list[int] = []
 
     # --- jobs ---------------------------------------------------------------------------------
 
@@ -127,10 +134,21 @@ class PostgresStore:
         layout = orjson.dumps(new_job.layout).decode() if new_job.layout is not None else None
         with translated_errors():
             await self._pool.execute(
-                self._q["insert_job"], new_job.id, new_job.client_id, new_job.user_id,
-                status.value, new_job.source, new_job.input_format, layout, new_job.strategy,
-                new_job.chunk_size, new_job.partitions, new_job.has_internationalization,
-                new_job.bytes_total, new_job.journey_id, new_job.auto_start_journey_mailing,
+                self._q["insert_job"],
+                new_job.id,
+                new_job.client_id,
+                new_job.user_id,
+                status.value,
+                new_job.source,
+                new_job.input_format,
+                layout,
+                new_job.strategy,
+                new_job.chunk_size,
+                new_job.partitions,
+                new_job.has_internationalization,
+                new_job.bytes_total,
+                new_job.journey_id,
+                new_job.auto_start_journey_mailing,
             )
         return await self.get_job(new_job.id)
 
@@ -156,19 +174,27 @@ class PostgresStore:
             async with self._pool.acquire() as conn, conn.transaction():
                 await conn.execute(self._q["synchronous_commit"])
                 row = await conn.fetchrow(
-                    self._q["finalize_job"], job_id, target.value, fail_reason, _now(),
+                    self._q["finalize_job"],
+                    job_id,
+                    target.value,
+                    fail_reason,
+                    _now(),
                     lifecycle.allowed_sources(target),
                 )
         if row is None:
             return None
-        counters = Counters(*(row[k] for k in
-                              ("rows_read", "inserted", "updated", "invalid", "error", "ignored")))
+        counters = Counters(
+            *(row[k] for k in ("rows_read", "inserted", "updated", "invalid", "error", "ignored"))
+        )
         return Finalized(JobStatus(row["status"]), counters)
 
     async def ensure_custom_fields(self, job: Job, names: Sequence[str]) -> int:
         with translated_errors():
-            created = len(await self._pool.fetch(
-                self._q["create_custom_fields"], job.client_id, list(names), job.id))
+            created = len(
+                await self._pool.fetch(
+                    self._q["create_custom_fields"], job.client_id, list(names), job.id
+                )
+            )
             if created:
                 await self._pool.execute(self._q["record_created_fields"], job.id, created)
             rows = await self._pool.fetch(self._q["custom_field_ids"], job.client_id, list(names))
@@ -185,14 +211,20 @@ class PostgresStore:
     # --- batches ------------------------------------------------------------------------------
 
     async def apply_batch(self, job: Job, batch: Batch) -> Counters | None:
-        with translated_errors():
-            async with self._pool.acquire() as conn, conn.transaction():
-                if not await self._claim(conn, job, batch):
-                    return None
-                new_keys = await self._write_rows(conn, job, batch.rows) if batch.rows else 0
-                await self._write_issues(conn, job.id, batch.issues)
-                counters = lifecycle.batch_counters(batch, job.strategy, new_keys)
-                await self._complete(conn, job, batch, "done", counters, 1, None)
+        """One transaction: the rows' writes, the issues, then the ledger row with the counters.
+
+        The ledger row goes last: if the batch was already applied (a duplicate or a race with
+        another worker), its primary key refuses the row and everything rolls back.
+        """
+        try:
+            with translated_errors():
+                async with self._pool.acquire() as conn, conn.transaction():
+                    new_keys = await self._write_rows(conn, job, batch.rows) if batch.rows else 0
+                    await self._write_issues(conn, job.id, batch.issues)
+                    counters = lifecycle.batch_counters(batch, job.strategy, new_keys)
+                    await self._record(conn, job, batch, "done", counters, 1, None)
+        except BatchAlreadyAppliedError:
+            return None
         return counters
 
     async def discard_batch(self, job: Job, batch: Batch, attempts: int, error: str) -> None:
@@ -200,114 +232,132 @@ class PostgresStore:
             RowIssue(r.line, None, Reason.CHUNK_DISCARDED, error[:1024], Severity.ERROR)
             for r in batch.rows
         )
-        with translated_errors():
+        with contextlib.suppress(BatchAlreadyAppliedError), translated_errors():
             async with self._pool.acquire() as conn, conn.transaction():
-                if not await self._claim(conn, job, batch):
-                    return
                 await self._write_issues(conn, job.id, batch.issues + lost)
                 counters = lifecycle.discarded_counters(batch)
-                await self._complete(conn, job, batch, "discarded", counters, attempts, error)
+                await self._record(conn, job, batch, "discarded", counters, attempts, error)
 
-    async def _claim(self, conn: asyncpg.Connection, job: Job, batch: Batch) -> bool:
-        claimed = await conn.fetchval(
-            self._q["claim_batch"], job.id, batch.chunk_no, batch.partition, batch.first_line,
-            batch.end_offset,
-        )
-        return claimed is not None
-
-    async def _complete(
-        self, conn: asyncpg.Connection, job: Job, batch: Batch, status: str,
-        counters: Counters, attempts: int, error: str | None,
+    async def _record(
+        self,
+        conn: Conn,
+        job: Job,
+        batch: Batch,
+        status: str,
+        counters: Counters,
+        attempts: int,
+        error: str | None,
     ) -> None:
-        await conn.execute(
-            self._q["complete_batch"], job.id, batch.chunk_no, batch.partition, status,
-            counters.rows_read, counters.inserted, counters.updated, counters.invalid,
-            counters.error, counters.ignored, attempts, error,
+        recorded = await conn.fetchval(
+            self._q["record_batch"],
+            job.id,
+            batch.chunk_no,
+            batch.partition,
+            status,
+            batch.first_line,
+            batch.end_offset,
+            counters.rows_read,
+            counters.inserted,
+            counters.updated,
+            counters.invalid,
+            counters.error,
+            counters.ignored,
+            attempts,
+            error,
         )
+        if recorded is None:
+            raise BatchAlreadyAppliedError()
 
-    async def _write_rows(
-        self, conn: asyncpg.Connection, job: Job, rows: Sequence[ContactRow]
-    ) -> int:
+    async def _write_rows(self, conn: Conn, job: Job, rows: Sequence[ContactRow]) -> int:
         """Decide the batch's writes from the locked stored state, then make only those."""
         folded = merge.fold_rows(rows, job.strategy)
         keys = sorted(folded)
-        if job.strategy is ConflictStrategy.MERGE:
-            found = await conn.fetch(self._q["lock_contacts"], job.client_id, keys)
-        else:
-            found = await conn.fetch(self._q["find_contacts"], job.client_id, keys)
-        stored = {r["cpf_cnpj"]: merge.StoredContact(r["id"], r["name"], r["street_address"])
-                  for r in found}
+        query = "lock_contacts" if job.strategy is ConflictStrategy.MERGE else "find_contacts"
+        stored = {
+            r["cpf_cnpj"]: merge.StoredContact(r["id"], r["name"], r["street_address"])
+            for r in await conn.fetch(self._q[query], job.client_id, keys)
+        }
         details, custom = await self._stored_values(conn, job, stored)
         plan = merge.plan_batch(folded, job.strategy, stored, details, custom)
-        await self._insert_contacts(conn, job, plan.new_contacts)
-        await self._apply_changes(conn, job, plan)
+        await self._write_plan(conn, job, plan)
         return plan.new_keys
 
     async def _stored_values(
-        self, conn: asyncpg.Connection, job: Job, stored: dict[str, merge.StoredContact]
+        self, conn: Conn, job: Job, stored: dict[str, merge.StoredContact]
     ) -> tuple[dict[int, set[tuple[Channel, str]]], dict[tuple[int, str], str]]:
         """Channels and custom values of the stored contacts (MERGE needs them to diff)."""
         details: dict[int, set[tuple[Channel, str]]] = {}
         custom: dict[tuple[int, str], str] = {}
         if job.strategy is not ConflictStrategy.MERGE or not stored:
             return details, custom
-        ids = [c.id for c in stored.values()]
-        for r in await conn.fetch(self._q["details_of"], ids):
-            details.setdefault(r["contact_id"], set()).add((Channel(r["channel_id"]), r["value"]))
         names = self._field_names
-        for r in await conn.fetch(self._q["custom_values_of"], ids):
-            name = names.get(r["custom_field_id"])
-            if name is not None:
-                custom[(r["contact_id"], name)] = r["value"]
+        ids = [c.id for c in stored.values()]
+        for contact_id, channel_id, value, field_id in await conn.fetch(
+            self._q["stored_values_of"], ids
+        ):
+            if field_id is None:
+                details.setdefault(contact_id, set()).add((Channel(channel_id), value))
+            elif field_id in names:
+                custom[(contact_id, names[field_id])] = value
         return details, custom
 
-    async def _insert_contacts(
-        self, conn: asyncpg.Connection, job: Job, contacts: Sequence[merge.MergedContact]
-    ) -> None:
-        """COPY new contacts, their channels and custom values straight into the tables."""
-        if not contacts:
-            return
-        ids = [r[0] for r in await conn.fetch(self._q["next_contact_ids"], len(contacts))]
+    async def _write_plan(self, conn: Conn, job: Job, plan: merge.BatchPlan) -> None:
+        """COPY every new row (new contacts and the new values of stored ones), then update
+        only the stored values that change."""
         client, field_ids = job.client_id, self._field_ids
         contact_rows: list[tuple[Any, ...]] = []
-        detail_rows: list[tuple[Any, ...]] = []
-        custom_rows: list[tuple[Any, ...]] = []
-        for contact_id, c in zip(ids, contacts, strict=True):
+        detail_rows = [
+            (cid, client, d.channel.value, d.value, d.country_code, d.country)
+            for cid, d in plan.detail_inserts
+        ]
+        custom_rows = [
+            (cid, client, field_ids[(client, name.lower())], value)
+            for cid, name, value in plan.custom_inserts
+        ]
+        ids = await self._contact_ids(conn, len(plan.new_contacts))
+        for contact_id, c in zip(ids, plan.new_contacts, strict=True):
             contact_rows.append((contact_id, client, c.key, c.name, c.street_address, job.id))
             detail_rows.extend(
                 (contact_id, client, d.channel.value, d.value, d.country_code, d.country)
-                for d in c.details.values())
-            custom_rows.extend((contact_id, client, field_ids[(client, lower)], value)
-                               for lower, (_, value) in c.custom_fields.items())
-        await conn.copy_records_to_table("contact", records=contact_rows, columns=_CONTACT)
-        if detail_rows:
-            await conn.copy_records_to_table("contact_details", records=detail_rows, columns=_DETAIL)
-        if custom_rows:
-            await conn.copy_records_to_table(
-                "contact_custom_fields", records=custom_rows, columns=_CUSTOM)
+                for d in c.details.values()
+            )
+            custom_rows.extend(
+                (contact_id, client, field_ids[(client, lower)], value)
+                for lower, (_, value) in c.custom_fields.items()
+            )
+        for table, rows, columns in (
+            ("contact", contact_rows, _CONTACT),
+            ("contact_details", detail_rows, _DETAIL),
+            ("contact_custom_fields", custom_rows, _CUSTOM),
+        ):
+            if rows:
+                await conn.copy_records_to_table(table, records=rows, columns=columns)
+        await self._update_stored(conn, client, plan)
 
-    async def _apply_changes(self, conn: asyncpg.Connection, job: Job, plan: merge.BatchPlan) -> None:
-        """MERGE into stored contacts: only the values that change."""
-        client, field_ids = job.client_id, self._field_ids
+    async def _update_stored(self, conn: Conn, client: int, plan: merge.BatchPlan) -> None:
         if plan.contact_updates:
             ids, names, addresses = zip(*plan.contact_updates, strict=True)
             await conn.execute(self._q["update_contacts"], ids, names, addresses)
-        if plan.detail_inserts:
-            rows = [(cid, client, d.channel.value, d.value, d.country_code, d.country)
-                    for cid, d in plan.detail_inserts]
-            await conn.copy_records_to_table("contact_details", records=rows, columns=_DETAIL)
-        if plan.custom_inserts:
-            rows = [(cid, client, field_ids[(client, name.lower())], value)
-                    for cid, name, value in plan.custom_inserts]
-            await conn.copy_records_to_table("contact_custom_fields", records=rows, columns=_CUSTOM)
         if plan.custom_updates:
-            cids = [cid for cid, _, _ in plan.custom_updates]
-            fids = [field_ids[(client, name.lower())] for _, name, _ in plan.custom_updates]
-            values = [value for _, _, value in plan.custom_updates]
-            await conn.execute(self._q["update_custom_values"], cids, fids, values)
+            field_ids = self._field_ids
+            await conn.execute(
+                self._q["update_custom_values"],
+                [cid for cid, _, _ in plan.custom_updates],
+                [field_ids[(client, name.lower())] for _, name, _ in plan.custom_updates],
+                [value for _, _, value in plan.custom_updates],
+            )
+
+    async def _contact_ids(self, conn: Conn, count: int) -> list[int]:
+        """Ids for new contacts, reserved from the sequence in blocks (gaps are harmless)."""
+        while len(self._id_pool) < count:
+            block = max(count - len(self._id_pool), _ID_BLOCK)
+            self._id_pool.extend(r[0] for r in await conn.fetch(self._q["next_contact_ids"], block))
+        ids = self._id_pool[:count]
+        del self._id_pool[:count]
+        return ids
 
     async def _write_issues(
-        self, conn: asyncpg.Connection, job_id: uuid.UUID, issues: Sequence[RowIssue]
+        self, conn: Conn, job_id: uuid.UUID, issues: Sequence[RowIssue]
     ) -> None:
         if not issues:
             return
@@ -323,8 +373,13 @@ class PostgresStore:
         with translated_errors():
             async with self._pool.acquire() as conn, conn.transaction():
                 async for r in conn.cursor(self._q["row_errors"], job_id, prefetch=2000):
-                    yield RowIssue(r["line"], r["column_name"], Reason(r["reason"]), r["value"],
-                                   Severity(r["severity"]))
+                    yield RowIssue(
+                        r["line"],
+                        r["column_name"],
+                        Reason(r["reason"]),
+                        r["value"],
+                        Severity(r["severity"]),
+                    )
 
 
 def _text(value: str | None) -> str | None:
@@ -336,8 +391,9 @@ def _text(value: str | None) -> str | None:
 
 
 def job_from_row(row: asyncpg.Record) -> Job:
-    counters = Counters(*(row[k] for k in
-                          ("rows_read", "inserted", "updated", "invalid", "error", "ignored")))
+    counters = Counters(
+        *(row[k] for k in ("rows_read", "inserted", "updated", "invalid", "error", "ignored"))
+    )
     return Job(
         id=row["id"],
         client_id=row["client_id"],

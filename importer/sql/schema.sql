@@ -139,7 +139,7 @@ CREATE TABLE IF NOT EXISTS import_chunk (
     job_id         uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
     chunk_no       integer NOT NULL,
     partition      integer NOT NULL,
-    status         text NOT NULL CHECK (status IN ('applying', 'done', 'discarded')),
+    status         text NOT NULL CHECK (status IN ('done', 'discarded')),
     first_line     integer NOT NULL,
     end_offset     bigint NOT NULL,
     rows_read      integer NOT NULL DEFAULT 0,

@@ -27,16 +27,27 @@ CONCURRENCIES = (1, 4)
 _clients = itertools.count(50_000)
 
 
-async def _import(store: PostgresStore, path: Path, client: int, strategy: ConflictStrategy,
-                  chunk_size: int, concurrency: int) -> Counters:
+async def _import(
+    store: PostgresStore,
+    path: Path,
+    client: int,
+    strategy: ConflictStrategy,
+    chunk_size: int,
+    concurrency: int,
+) -> Counters:
     request = ImportRequest(client, strategy, format_for(path.name), chunk_size, concurrency)
     outcome = await import_source(store, LocalFileSource(path), request, Settings())
     assert outcome.counters.balanced
     return outcome.counters
 
 
-async def _check(dsn: str, tmp: Path, pre: list[GeneratedRow], body: list[GeneratedRow],
-                 strategy: ConflictStrategy) -> None:
+async def _check(
+    dsn: str,
+    tmp: Path,
+    pre: list[GeneratedRow],
+    body: list[GeneratedRow],
+    strategy: ConflictStrategy,
+) -> None:
     pre_path, body_path = tmp / "pre.csv", tmp / "body.csv"
     pre_path.write_bytes(csv_bytes(pre))
     body_path.write_bytes(csv_bytes(body))
@@ -55,20 +66,29 @@ async def _check(dsn: str, tmp: Path, pre: list[GeneratedRow], body: list[Genera
             where = f"chunk_size={chunk_size} concurrency={concurrency}"
             assert got.invalid == invalid, where
             assert (got.inserted, got.updated, got.ignored, got.error) == (
-                expected.inserted, expected.updated, expected.ignored, 0), where
+                expected.inserted,
+                expected.updated,
+                expected.ignored,
+                0,
+            ), where
             assert await db_state(dsn, client) == model.client_state(client), where
     finally:
         await pool.close()
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     pre=st.lists(rows(), max_size=6).map(lambda rs: [r for r in rs if r.expected is not None]),
     body=st.lists(rows(), min_size=1, max_size=25),
     strategy=st.sampled_from(ConflictStrategy),
 )
 def test_random_files_match_the_reference_model(
-    db_dsn: str, tmp_path: Path, pre: list[GeneratedRow], body: list[GeneratedRow],
+    db_dsn: str,
+    tmp_path: Path,
+    pre: list[GeneratedRow],
+    body: list[GeneratedRow],
     strategy: ConflictStrategy,
 ) -> None:
     asyncio.run(_check(db_dsn, tmp_path, pre, body, strategy))

@@ -35,11 +35,14 @@ def test_requeue_of_a_queued_job_is_allowed_and_importing_is_one_way() -> None:
 
 
 @given(
-    valid=st.integers(0, 50), invalid=st.integers(0, 50), data=st.data(),
+    valid=st.integers(0, 50),
+    invalid=st.integers(0, 50),
+    data=st.data(),
     strategy=st.sampled_from(ConflictStrategy),
 )
-def test_batch_counters_balance(valid: int, invalid: int, data: st.DataObject,
-                                strategy: ConflictStrategy) -> None:
+def test_batch_counters_balance(
+    valid: int, invalid: int, data: st.DataObject, strategy: ConflictStrategy
+) -> None:
     rows = tuple(ContactRow(i, str(i), None, None) for i in range(valid))
     batch = Batch(0, 0, 1, 0, rows, (), invalid)
     new_keys = data.draw(st.integers(0, valid))

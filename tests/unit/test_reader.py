@@ -204,6 +204,19 @@ def test_record_of_exactly_the_cap_is_kept() -> None:
         assert outline(read_csv(blocks, max_record_chars=100)) == [(1, ["x" * 100])]
 
 
+def test_a_record_over_the_cap_is_too_long_whatever_it_holds() -> None:
+    # The same answer whether the record arrives whole or is skipped block by block.
+    data = b"a\n" + b" " * 50 + b"\n" + b"\x00" * 50 + b"\nb\n"
+    for size in (1, 1000):
+        got = read_csv(blocks_of(data, size), max_record_chars=20)
+        assert outline(got) == [
+            (1, ["a"]),
+            (2, Reason.FIELD_TOO_LONG),
+            (3, Reason.FIELD_TOO_LONG),
+            (4, ["b"]),
+        ]
+
+
 def test_field_beyond_pythons_csv_default_limit_is_read() -> None:
     value = "q" * 200_000  # csv's own default limit is 131,072
     data = f'a\n"{value}"\n'.encode()
@@ -325,21 +338,83 @@ def test_any_split_of_utf16_gives_the_same_records(cuts: list[int]) -> None:
     assert got[-1].end_offset == len(data)
 
 
-CSV_ALPHABET = st.sampled_from(["a", "b", ",", '"', '"', "\n", "\r", "\r\n", " ", "\u00e9", "\x0b"])
+CSV_ALPHABET = st.sampled_from(
+    [
+        *("a", "b", ",", ";", '"', '"', "\n", "\r", "\r\n", " ", "\u00e9", "\U0001f600", "\x00"),
+        *("\x0b", "\x85", "\u2028", "xxxxx"),  # line breaks to str.splitlines, not to csv
+    ]
+)
+CAPS = st.sampled_from([(4, 8), (3, 20), (50, 10), (65536, 1048576)])
+
+
+def csv_reference(text: str, delimiter: str, max_field: int, max_record: int) -> list[Any]:
+    """What the reader must return, worked out with Python's csv reading the whole text."""
+    lines = io.StringIO(text, newline="").readlines()
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    expected: list[Any] = []
+    line = 1
+    for row in reader:
+        record = "".join(lines[line - 1 : reader.line_num])
+        open_at_end = reader.line_num == len(lines) and _ends_in_quotes(text, delimiter)
+        content = record if open_at_end else _without_line_break(record)
+        if len(content) > max_record:
+            expected.append((line, Reason.FIELD_TOO_LONG))
+        elif "\x00" in record:
+            expected.append((line, Reason.NUL_BYTE))
+        elif max(map(len, row), default=0) > max_field:
+            expected.append((line, Reason.FIELD_TOO_LONG))
+        elif "".join(row).strip():
+            expected.append((line, row))
+        line = reader.line_num + 1
+    return expected
+
+
+def _ends_in_quotes(text: str, delimiter: str) -> bool:
+    state = "start"
+    for char in text:
+        ends_field = char == delimiter or char in "\r\n"
+        if state == "quoted":
+            state = "quote" if char == '"' else "quoted"
+        elif state == "field":
+            state = "start" if ends_field else "field"
+        elif state == "start":
+            state = "quoted" if char == '"' else "start" if ends_field else "field"
+        else:  # just after a quote inside quotes
+            state = "quoted" if char == '"' else "start" if ends_field else "field"
+    return state == "quoted"
+
+
+def _without_line_break(record: str) -> str:
+    for line_break in ("\r\n", "\n", "\r"):
+        if record.endswith(line_break):
+            return record[: -len(line_break)]
+    return record
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(CSV_ALPHABET, max_size=40).map("".join), st.lists(st.integers(0, 80), max_size=5))
-def test_records_and_lines_match_pythons_csv(text: str, cuts: list[int]) -> None:
-    expected = []
-    reader = csv.reader(io.StringIO(text, newline=""))
-    line = 1
-    for row in reader:
-        if "".join(row).strip():
-            expected.append((line, row))
-        line = reader.line_num + 1
+@given(
+    st.lists(CSV_ALPHABET, max_size=40).map("".join),
+    st.sampled_from([",", ";"]),
+    CAPS,
+    st.lists(st.integers(0, 200), max_size=6),
+)
+def test_records_lines_and_reasons_match_pythons_csv(
+    text: str, delimiter: str, caps: tuple[int, int], cuts: list[int]
+) -> None:
+    max_field, max_record = caps
+    expected = csv_reference(text, delimiter, max_field, max_record)
+    limits = {"max_field_chars": max_field, "max_record_chars": max_record}
     data = text.encode()
-    assert outline(read_csv(cut_at(data, [c for c in cuts if c <= len(data)]))) == expected
+    sniffed = Sniffed("utf-8", delimiter, 0)
+    got = read_csv(cut_at(data, [c for c in cuts if c <= len(data)]), sniffed, **limits)
+    assert outline(got) == expected
+    utf16 = b"\xfe\xff" + text.encode("utf-16-be")
+    sniffed16 = Sniffed("utf-16-be", delimiter, 2)
+    got16 = read_csv(cut_at(utf16, [c for c in cuts if c <= len(utf16)]), sniffed16, **limits)
+    assert outline(got16) == expected
+    assert [r.end_offset for r in got16] == [
+        2 + len(data[: r.end_offset].decode().encode("utf-16-be")) for r in got
+    ]
 
 
 @settings(max_examples=200, deadline=None)
@@ -429,13 +504,18 @@ def test_sniff_detects_the_delimiter(first_line: str, delimiter: str) -> None:
 
 
 def test_sniff_keeps_given_values() -> None:
-    data = b"\xef\xbb\xbfa;b\n"
-    assert sniff(data, encoding="utf-8", delimiter="|") == Sniffed("utf-8", "|", 3)
-    assert sniff(data, encoding="UTF-8-SIG") == Sniffed("utf-8", ";", 3)
+    assert sniff(b"a;b\n", encoding="utf-8", delimiter="|") == Sniffed("utf-8", "|", 0)
     assert sniff(b"a;b\n", encoding="latin-1") == Sniffed("iso8859-1", ";", 0)
     assert sniff(b"a;b\n", encoding="windows-1252").encoding == "cp1252"
+    assert sniff(b"a;b\n", encoding="UTF-8-SIG").encoding == "utf-8"
+    assert sniff("a\tb".encode("utf-16-le"), encoding="utf-16").encoding == "utf-16-le"
+
+
+def test_a_bom_overrides_the_given_encoding() -> None:
+    assert sniff(b"\xef\xbb\xbfa;b\n", encoding="cp1252") == Sniffed("utf-8", ";", 3)
     utf16 = b"\xfe\xff" + "a\tb".encode("utf-16-be")
     assert sniff(utf16, encoding="utf-16") == Sniffed("utf-16-be", "\t", 2)
+    assert sniff(utf16, encoding="utf-8") == Sniffed("utf-16-be", "\t", 2)
 
 
 @pytest.mark.parametrize("encoding", ["no-such-codec", "shift_jis", "base64"])
@@ -516,6 +596,18 @@ def test_jsonl_bad_lines_spoil_only_themselves() -> None:
     assert records[1].raw == '{"a": oops}'
     assert records[6].raw == '{"a": "\\xff"}'
     assert records[-1].end_offset == len(data)
+
+
+def test_jsonl_escaped_backslash_before_u0000_is_text() -> None:
+    data = b'{"a": "\\\\u0000"}\n'
+    assert jsonl_outline(read_jsonl([data])) == [(1, {"a": "\\u0000"})]
+
+
+def test_jsonl_line_over_the_cap_is_too_long_even_if_blank() -> None:
+    data = b'{"a": "1"}\n' + b" " * 30 + b"\n" + b'{"a": "2"}'
+    for size in (1, 1000):
+        got = jsonl_outline(read_jsonl(blocks_of(data, size), max_record_chars=20))
+        assert got == [(1, {"a": "1"}), (2, Reason.FIELD_TOO_LONG), (3, {"a": "2"})]
 
 
 def test_jsonl_value_over_the_field_cap() -> None:

@@ -24,12 +24,12 @@ def test_plain_cells_are_kept(cell: str) -> None:
 
 async def test_report_has_header_and_neutralized_values() -> None:
     async def issues() -> AsyncIterator[RowIssue]:
-        yield RowIssue(2, "cpf", Reason.INVALID_CPF, "=HYPERLINK(\"x\")", Severity.INVALID)
+        yield RowIssue(2, "cpf", Reason.INVALID_CPF, '=HYPERLINK("x")', Severity.INVALID)
         yield RowIssue(3, None, Reason.TOO_FEW_FIELDS, None, Severity.INVALID)
 
     out = io.StringIO()
     assert await write_csv_report(issues(), out) == 2
     rows = list(csv.reader(io.StringIO(out.getvalue())))
     assert rows[0] == ["line", "column", "reason", "severity", "value"]
-    assert rows[1] == ["2", "cpf", "invalid_cpf", "invalid", "'=HYPERLINK(\"x\")"]
+    assert rows[1] == ["2", "cpf", "invalid_cpf", "invalid", '\'=HYPERLINK("x")']
     assert rows[2] == ["3", "", "too_few_fields", "invalid", ""]

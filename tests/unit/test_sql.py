@@ -12,7 +12,12 @@ def test_named_blocks() -> None:
 
 def test_shipped_queries_load() -> None:
     names = set(queries())
-    assert {"merge_batch", "discard_batch", "claim_batch", "finalize_job", "transition_job"} <= names
+    assert {
+        "lock_contacts",
+        "record_batch",
+        "finalize_job",
+        "transition_job",
+    } <= names
     assert "CREATE TABLE IF NOT EXISTS contact" in schema()
 
 

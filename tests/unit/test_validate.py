@@ -70,7 +70,8 @@ def test_row_builder_normalizes_and_warns() -> None:
     assert [(d.channel, d.value) for d in row.details] == [(Channel.PHONE, "+5511912345678")]
     assert row.custom_fields == ()
     assert [(i.reason, i.severity, i.column) for i in issues] == [
-        (Reason.INVALID_EMAIL, Severity.WARNING, "email")]
+        (Reason.INVALID_EMAIL, Severity.WARNING, "email")
+    ]
 
 
 def test_row_builder_invalid_rows() -> None:
@@ -81,7 +82,8 @@ def test_row_builder_invalid_rows() -> None:
     assert builder.build(2, ["Ana"])[1][0].reason is Reason.TOO_FEW_FIELDS
     assert builder.build(2, ["Ana", KEY, "x"])[1][0].reason is Reason.TOO_MANY_FIELDS
     row, issues = builder.build(2, ["A" * 101, KEY])
-    assert row is not None and row.name is None
+    assert row is not None
+    assert row.name is None
     assert issues[0].reason is Reason.VALUE_TOO_LONG
 
 
@@ -95,16 +97,31 @@ def test_sql_looking_values_stay_text() -> None:
 
 
 def test_layout_maps_by_name_and_position() -> None:
-    layout = parse_layout({"columns": {"Doc": "cpf_cnpj", "Zap": "whatsapp", "X": "ignore",
-                                       "Seg": "custom:Segmento"}, "delimiter": ";"})
+    layout = parse_layout(
+        {
+            "columns": {
+                "Doc": "cpf_cnpj",
+                "Zap": "whatsapp",
+                "X": "ignore",
+                "Seg": "custom:Segmento",
+            },
+            "delimiter": ";",
+        }
+    )
     plan = plan_for_header(["Doc", "Zap", "X", "Seg", "nome"], layout, 64)
     targets = {c.name: c.target for c in plan.columns}
     assert targets == {
-        "Doc": Target(attribute=Attribute.CPF_CNPJ), "Zap": Target(channel=Channel.WHATSAPP),
-        "Seg": Target(custom="Segmento"), "nome": Target(attribute=Attribute.NAME),
+        "Doc": Target(attribute=Attribute.CPF_CNPJ),
+        "Zap": Target(channel=Channel.WHATSAPP),
+        "Seg": Target(custom="Segmento"),
+        "nome": Target(attribute=Attribute.NAME),
     }
-    positional = parse_layout({"header": False, "columns": [{"column": 1, "target": "cpf_cnpj"},
-                                                            {"column": "0", "target": "name"}]})
+    positional = parse_layout(
+        {
+            "header": False,
+            "columns": [{"column": 1, "target": "cpf_cnpj"}, {"column": "0", "target": "name"}],
+        }
+    )
     plan = plan_for_positions(3, positional)
     assert [c.index for c in plan.columns] == [1, 0]
     assert plan.field_count == 3

@@ -1,0 +1,86 @@
+"""The batch merge decision (pure) against the reference model: applying the planned writes
+batch after batch gives the reference model's state, for any cut of the rows into batches."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from importer import merge
+from importer.models import Channel, ConflictStrategy, ContactRow
+from importer.testing import ContactState, ReferenceModel
+from tests.strategies import expected_rows, rows
+
+
+class PlannedStore:
+    """Applies BatchPlans to dicts, the way the PostgreSQL adapter applies them to tables."""
+
+    def __init__(self) -> None:
+        self.ids = itertools.count(1)
+        self.contacts: dict[str, merge.StoredContact] = {}
+        self.details: dict[int, set[tuple[Channel, str]]] = {}
+        self.custom: dict[tuple[int, str], str] = {}
+
+    def apply(self, batch: list[ContactRow], strategy: ConflictStrategy) -> int:
+        folded = merge.fold_rows(batch, strategy)
+        stored = {k: self.contacts[k] for k in folded if k in self.contacts}
+        plan = merge.plan_batch(folded, strategy, stored, self.details, self.custom)
+        for c in plan.new_contacts:
+            contact = merge.StoredContact(next(self.ids), c.name, c.street_address)
+            self.contacts[c.key] = contact
+            self.details[contact.id] = set(c.details)
+            for lower, (_, value) in c.custom_fields.items():
+                self.custom[(contact.id, lower)] = value
+        for cid, name, address in plan.contact_updates:
+            key = next(k for k, c in self.contacts.items() if c.id == cid)
+            self.contacts[key] = merge.StoredContact(cid, name, address)
+        for cid, d in plan.detail_inserts:
+            assert (d.channel, d.value) not in self.details[cid]  # never a duplicate insert
+            self.details[cid].add((d.channel, d.value))
+        for cid, name, value in plan.custom_inserts:
+            assert (cid, name.lower()) not in self.custom
+            self.custom[(cid, name.lower())] = value
+        for cid, name, value in plan.custom_updates:
+            assert self.custom[(cid, name.lower())] != value  # only real changes
+            self.custom[(cid, name.lower())] = value
+        return plan.new_keys
+
+    def state(self) -> dict[str, ContactState]:
+        out = {}
+        for key, c in self.contacts.items():
+            custom = {f: v for (cid, f), v in self.custom.items() if cid == c.id}
+            out[key] = ContactState(c.name, c.street_address, set(self.details[c.id]), custom)
+        return out
+
+
+@given(
+    pre=st.lists(rows(), max_size=8),
+    body=st.lists(rows(), max_size=30),
+    cuts=st.lists(st.integers(1, 7), min_size=1, max_size=30),
+    strategy=st.sampled_from(ConflictStrategy),
+)
+def test_planned_writes_equal_the_reference_model(pre, body, cuts, strategy) -> None:
+    pre_rows, _ = expected_rows(pre)
+    body_rows, _ = expected_rows(body)
+    model, store = ReferenceModel(), PlannedStore()
+    model.apply(1, pre_rows, ConflictStrategy.MERGE)
+    store.apply(pre_rows, ConflictStrategy.MERGE)
+    expected = model.apply(1, body_rows, strategy)
+    new_keys, start = 0, 0
+    for size in itertools.cycle(cuts):
+        if start >= len(body_rows):
+            break
+        new_keys += store.apply(body_rows[start : start + size], strategy)
+        start += size
+    assert new_keys == expected.inserted
+    assert store.state() == model.client_state(1)
+
+
+def test_discard_keeps_the_first_row_only() -> None:
+    batch = [ContactRow(2, "k", "first", None), ContactRow(3, "k", "second", "addr")]
+    folded = merge.fold_rows(batch, ConflictStrategy.DISCARD)
+    assert (folded["k"].name, folded["k"].street_address) == ("first", None)
+    folded = merge.fold_rows(batch, ConflictStrategy.MERGE)
+    assert (folded["k"].name, folded["k"].street_address) == ("second", "addr")
