@@ -40,6 +40,7 @@ class BatchPlan:
     """The writes of a batch. ``new_keys`` counts the keys that did not exist."""
 
     new_contacts: list[MergedContact] = field(default_factory=list)
+    # (id, name, street_address); a None value leaves the stored one (an empty never erases)
     contact_updates: list[tuple[int, str | None, str | None]] = field(default_factory=list)
     detail_inserts: list[tuple[int, Detail]] = field(default_factory=list)
     custom_inserts: list[tuple[int, str, str]] = field(default_factory=list)  # (id, name, value)
@@ -102,10 +103,12 @@ def _plan_merge(
     stored_custom: Mapping[tuple[int, str], str],
 ) -> None:
     """MERGE into a stored contact: a non-empty value wins, an empty one never erases."""
-    name = merged.name if merged.name is not None else contact.name
-    address = merged.street_address if merged.street_address is not None else contact.street_address
-    if (name, address) != (contact.name, contact.street_address):
-        plan.contact_updates.append((contact.id, name, address))
+    name_changes = merged.name is not None and merged.name != contact.name
+    address_changes = (
+        merged.street_address is not None and merged.street_address != contact.street_address
+    )
+    if name_changes or address_changes:  # None in an update means "leave the stored value"
+        plan.contact_updates.append((contact.id, merged.name, merged.street_address))
     for detail_key, detail in merged.details.items():
         if detail_key not in details:
             plan.detail_inserts.append((contact.id, detail))

@@ -272,10 +272,9 @@ class PostgresStore:
         """Decide the batch's writes from the locked stored state, then make only those."""
         folded = merge.fold_rows(rows, job.strategy)
         keys = sorted(folded)
-        query = "lock_contacts" if job.strategy is ConflictStrategy.MERGE else "find_contacts"
         stored = {
             r["cpf_cnpj"]: merge.StoredContact(r["id"], r["name"], r["street_address"])
-            for r in await conn.fetch(self._q[query], job.client_id, keys)
+            for r in await conn.fetch(self._q["find_contacts"], job.client_id, keys)
         }
         details, custom = await self._stored_values(conn, job, stored)
         plan = merge.plan_batch(folded, job.strategy, stored, details, custom)

@@ -18,15 +18,10 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 ON CONFLICT (job_id, chunk_no, partition) DO NOTHING
 RETURNING 1;
 
--- name: lock_contacts
--- The batch's stored contacts, locked in key order (two imports of one client never deadlock
--- on them); NO KEY UPDATE does not block foreign-key checks of other writers.
-SELECT id, cpf_cnpj, name, street_address FROM contact
-WHERE client_id = $1 AND cpf_cnpj = ANY($2::text[]) AND deleted_at IS NULL
-ORDER BY cpf_cnpj
-FOR NO KEY UPDATE;
-
 -- name: find_contacts
+-- The batch's stored contacts. Not locked: every write the batch makes is either an insert that
+-- a unique index guards (a concurrent import's new key or value makes it fail and retry) or an
+-- update to the file's own values, so the result is that of some serial order per key.
 SELECT id, cpf_cnpj, name, street_address FROM contact
 WHERE client_id = $1 AND cpf_cnpj = ANY($2::text[]) AND deleted_at IS NULL;
 
@@ -42,8 +37,11 @@ FROM contact_custom_fields WHERE contact_id = ANY($1::bigint[]);
 SELECT nextval(pg_get_serial_sequence('contact', 'id')) FROM generate_series(1, $1);
 
 -- name: update_contacts
+-- Only the values the file brings: a concurrent import's change to another column survives.
 UPDATE contact c
-SET name = u.name, street_address = u.street_address, updated_at = now()
+SET name = coalesce(u.name, c.name),
+    street_address = coalesce(u.street_address, c.street_address),
+    updated_at = now()
 FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u (id, name, street_address)
 WHERE c.id = u.id;
 

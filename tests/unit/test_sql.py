@@ -13,7 +13,7 @@ def test_named_blocks() -> None:
 def test_shipped_queries_load() -> None:
     names = set(queries())
     assert {
-        "lock_contacts",
+        "find_contacts",
         "record_batch",
         "finalize_job",
         "transition_job",
