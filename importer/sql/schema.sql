@@ -52,7 +52,13 @@ CREATE TABLE IF NOT EXISTS contact_custom_fields (
     custom_field_id  integer NOT NULL REFERENCES custom_field (id),
     value            text NOT NULL,
     CONSTRAINT contact_custom_fields_contact_field_key UNIQUE (contact_id, custom_field_id)
-);
+) WITH (fillfactor = 90);           -- MERGE rewrites values in place (HOT updates)
+
+-- Each session caches a block of ids: parallel writers append to different index pages instead
+-- of all fighting over the rightmost one, and nextval rarely touches the shared sequence.
+ALTER SEQUENCE contact_id_seq CACHE 1024;
+ALTER SEQUENCE contact_details_id_seq CACHE 1024;
+ALTER SEQUENCE contact_custom_fields_id_seq CACHE 1024;
 
 -- Import layouts: column (by position or header name) -> attribute, channel or custom field.
 CREATE TABLE IF NOT EXISTS import_layout (

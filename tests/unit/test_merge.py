@@ -36,8 +36,10 @@ class PlannedStore:
         for cid, name, address in plan.contact_updates:
             key, old = next((k, c) for k, c in self.contacts.items() if c.id == cid)
             self.contacts[key] = merge.StoredContact(
-                cid, old.name if name is None else name,
-                old.street_address if address is None else address)
+                cid,
+                old.name if name is None else name,
+                old.street_address if address is None else address,
+            )
         for cid, d in plan.detail_inserts:
             assert (d.channel, d.value) not in self.details[cid]  # never a duplicate insert
             self.details[cid].add((d.channel, d.value))

@@ -1,0 +1,143 @@
+"""The command line as a user runs it: a subprocess against the real PostgreSQL."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import cpf, fetch
+
+pytestmark = pytest.mark.acceptance
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "samples" / "contacts.csv"
+
+
+def importer(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DATABASE_URL": dsn, "IMPORTER_LOG_LEVEL": "warning"}
+    return subprocess.run(
+        [sys.executable, "-m", "importer", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+def import_json(dsn: str, path: Path, *args: str) -> tuple[int, dict[str, object]]:
+    done = importer(dsn, "import", str(path), "--json", *args)
+    assert done.stdout, done.stderr
+    document = json.loads(done.stdout)
+    counted = sum(document[k] for k in ("inserted", "updated", "invalid", "error", "ignored"))
+    assert document["rows_read"] == counted, document  # the counter identity
+    return done.returncode, document
+
+
+def test_migrate_is_idempotent(db_dsn: str) -> None:
+    assert importer(db_dsn, "db", "migrate").returncode == 0
+    assert importer(db_dsn, "db", "migrate").returncode == 0
+
+
+def test_sample_imports_and_errors_out_is_formula_safe(db_dsn: str, tmp_path: Path) -> None:
+    report = tmp_path / "errors.csv"
+    code, doc = import_json(db_dsn, SAMPLE, "--client-id", "1", "--errors-out", str(report))
+    assert code == 0
+    assert doc["status"] == "completed_with_placeholders"
+    assert doc["rows_read"] == 1000
+    assert doc["invalid"] > 0
+    rows = list(csv.DictReader(io.StringIO(report.read_text(encoding="utf-8"))))
+    assert {"line", "column", "reason", "value"} <= set(rows[0])
+    assert sum(1 for r in rows if r["severity"] == "invalid") == doc["invalid"]
+    code, again = import_json(db_dsn, SAMPLE, "--client-id", "1", "--strategy", "ignore")
+    assert code == 0
+    assert again["inserted"] == 0
+    assert again["ignored"] == doc["inserted"] + doc["updated"]
+
+
+def test_formula_values_are_stored_verbatim_and_neutralized_in_the_report(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "formula.csv"
+    path.write_text(f'nome,cpf,email\n=HYPERLINK("x"),{cpf(9)},@bad\n\\N,=1+1,\n', encoding="utf-8")
+    report = tmp_path / "r.csv"
+    code, doc = import_json(db_dsn, path, "--client-id", "2", "--errors-out", str(report))
+    assert code == 0
+    assert (doc["inserted"], doc["invalid"]) == (1, 1)
+    stored = await_name(db_dsn, 2)
+    assert stored == ['=HYPERLINK("x")']
+    cells = list(csv.reader(io.StringIO(report.read_text(encoding="utf-8"))))
+    values = [row[4] for row in cells[1:]]
+    assert values == ["'@bad", "'=1+1"]
+
+
+def await_name(dsn: str, client_id: int) -> list[str]:
+    import asyncio
+
+    rows = asyncio.run(fetch(dsn, "SELECT name FROM contact WHERE client_id = $1", client_id))
+    return [r["name"] for r in rows]
+
+
+def test_file_level_failure_exits_non_zero_with_fail_reason(db_dsn: str, tmp_path: Path) -> None:
+    path = tmp_path / "empty.csv"
+    path.write_bytes(b"")
+    code, doc = import_json(db_dsn, path, "--client-id", "3")
+    assert code == 1
+    assert doc["status"] == "failed"
+    assert doc["fail_reason"] == "empty_file"
+
+
+def test_gzip_jsonl_and_layout(db_dsn: str, tmp_path: Path) -> None:
+    gz = tmp_path / "c.csv.gz"
+    gz.write_bytes(gzip.compress(SAMPLE.read_bytes()))
+    code, doc = import_json(
+        db_dsn, gz, "--client-id", "4", "--chunk-size", "7", "--concurrency", "3"
+    )
+    assert (code, doc["rows_read"]) == (0, 1000)
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text(
+        json.dumps({"documento": cpf(11), "nome": "Ana", "plano": 3})
+        + "\n"
+        + "not json\n"
+        + json.dumps([1])
+        + "\n",
+        encoding="utf-8",
+    )
+    code, doc = import_json(db_dsn, jsonl, "--client-id", "5")
+    assert (doc["inserted"], doc["invalid"]) == (1, 2)
+    cp1252 = tmp_path / "excel.csv"
+    cp1252.write_bytes(f"Doc;Nome;Cidade\n{cpf(12)};Conceição;São Paulo\n".encode("cp1252"))
+    layout = tmp_path / "layout.json"
+    layout.write_text(
+        json.dumps(
+            {
+                "delimiter": ";",
+                "encoding": "cp1252",
+                "columns": {"Doc": "cpf_cnpj", "Cidade": "custom:cidade"},
+            }
+        )
+    )
+    code, doc = import_json(db_dsn, cp1252, "--client-id", "6", "--layout", str(layout))
+    assert (code, doc["inserted"]) == (0, 1)
+
+
+def test_bad_arguments_are_refused(db_dsn: str) -> None:
+    assert (
+        importer(db_dsn, "import", str(SAMPLE), "--client-id", "1", "--chunk-size", "0").returncode
+        == 2
+    )
+    assert (
+        importer(db_dsn, "import", str(SAMPLE), "--client-id", "1", "--strategy", "x").returncode
+        == 2
+    )
+    missing = importer(db_dsn, "import", "/nonexistent.csv", "--client-id", "1")
+    assert missing.returncode == 2
+    assert "nonexistent" in missing.stderr
