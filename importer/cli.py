@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -154,8 +155,19 @@ def _request(args: argparse.Namespace) -> ImportRequest:
     )
 
 
+def _tune_gc() -> None:
+    """Collect young objects 100 times less often, and never the start-up ones.
+
+    An import allocates millions of short-lived, acyclic tuples: at the default threshold (700)
+    the cyclic collector took a quarter of the importer's CPU.
+    """
+    gc.freeze()
+    gc.set_threshold(70_000, 20, 20)
+
+
 def _import(settings: Settings, args: argparse.Namespace) -> int:
     request = _request(args)
+    _tune_gc()
     console = Console(stderr=True)
     show_bar = console.is_terminal and not args.json
     if show_bar:
