@@ -197,6 +197,16 @@ def _peak_rss_mib(pid: int) -> float:
     return 0.0
 
 
+def _wait_for_backends_to_exit(dsn: str) -> None:
+    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'importer'"
+    for _ in range(100):
+        done = subprocess.run(["psql", dsn, "-Atc", query], capture_output=True, text=True, check=True)
+        if done.stdout.strip() == "0":
+            time.sleep(0.3)  # let the postmaster reap them
+            return
+        time.sleep(0.1)
+
+
 def run_importer(
     dsn: str, path: Path, strategy: str, concurrency: int, chunk_size: int
 ) -> tuple[dict, float, float, float, float]:
@@ -224,6 +234,7 @@ def run_importer(
         peak = max(peak, _peak_rss_mib(proc.pid))
         time.sleep(0.05)
     seconds = time.perf_counter() - started
+    _wait_for_backends_to_exit(dsn)  # an exited backend's CPU is counted once it is reaped
     db_cpu = postgres_cpu_seconds() - cpu_before
     assert proc.stdout is not None
     out = proc.stdout.read()

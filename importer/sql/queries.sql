@@ -34,7 +34,8 @@ SELECT contact_id, NULL::smallint, value, custom_field_id
 FROM contact_custom_fields WHERE contact_id = ANY($1::bigint[]);
 
 -- name: next_contact_ids
-SELECT nextval(pg_get_serial_sequence('contact', 'id')) FROM generate_series(1, $1);
+-- A constant regclass: pg_get_serial_sequence() here would run its catalog lookup per row.
+SELECT nextval('contact_id_seq'::regclass) FROM generate_series(1, $1);
 
 -- name: update_contacts
 -- Only the values the file brings: a concurrent import's change to another column survives.

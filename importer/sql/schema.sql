@@ -5,7 +5,7 @@ CREATE TABLE IF NOT EXISTS contact (
     id              bigserial PRIMARY KEY,
     client_id       integer NOT NULL,
     name            text,
-    cpf_cnpj        text,
+    cpf_cnpj        text COLLATE "C",   -- a normalized key: byte order, no locale work
     street_address  text,
     created_at      timestamptz NOT NULL DEFAULT now(),
     updated_at      timestamptz NOT NULL DEFAULT now(),
@@ -22,7 +22,7 @@ CREATE TABLE IF NOT EXISTS contact_details (
     contact_id    bigint NOT NULL REFERENCES contact (id),
     client_id     integer NOT NULL,
     channel_id    smallint NOT NULL CHECK (channel_id BETWEEN 1 AND 4),  -- 1 phone, 2 whatsapp, 3 email, 4 journey
-    value         text NOT NULL,
+    value         text COLLATE "C" NOT NULL,  -- normalized (E.164, email): byte order
     country_code  integer,
     country       text,
     created_at    timestamptz NOT NULL DEFAULT now(),
