@@ -3,8 +3,8 @@
 A batch holds the rows of one key partition of one chunk, in file order. Given the stored state
 of the keys it touches (read under row locks in the same transaction), :func:`plan_batch`
 decides exactly which rows to insert and which values to change, so the database only does the
-work that changes something: new contacts and their channels and custom values are COPY'd, and
-only values that differ are updated.
+work that changes something: new contacts and their channels and custom values are COPY'd;
+stored contacts get their changed name/address and upserts of their channels and custom values.
 """
 
 from __future__ import annotations
@@ -42,9 +42,8 @@ class BatchPlan:
     new_contacts: list[MergedContact] = field(default_factory=list)
     # (id, name, street_address); a None value leaves the stored one (an empty never erases)
     contact_updates: list[tuple[int, str | None, str | None]] = field(default_factory=list)
-    detail_inserts: list[tuple[int, Detail]] = field(default_factory=list)
-    custom_inserts: list[tuple[int, str, str]] = field(default_factory=list)  # (id, name, value)
-    custom_updates: list[tuple[int, str, str]] = field(default_factory=list)
+    detail_upserts: list[tuple[int, Detail]] = field(default_factory=list)  # stored contacts'
+    custom_upserts: list[tuple[int, str, str]] = field(default_factory=list)  # (id, name, value)
 
     @property
     def new_keys(self) -> int:
@@ -80,10 +79,9 @@ def plan_batch(
     folded: Mapping[str, MergedContact],
     strategy: ConflictStrategy,
     stored: Mapping[str, StoredContact],
-    stored_details: Mapping[int, set[tuple[Channel, str]]],
-    stored_custom: Mapping[tuple[int, str], str],
 ) -> BatchPlan:
-    """Decide the writes. ``stored_custom`` is keyed by (contact id, lower(field name))."""
+    """Decide the writes: new keys become new contacts; MERGE into stored ones (DISCARD leaves
+    them alone)."""
     plan = BatchPlan()
     for key in sorted(folded):
         merged = folded[key]
@@ -91,30 +89,24 @@ def plan_batch(
         if contact is None:
             plan.new_contacts.append(merged)
         elif strategy is ConflictStrategy.MERGE:
-            _plan_merge(plan, contact, merged, stored_details.get(contact.id, set()), stored_custom)
+            _plan_merge(plan, contact, merged)
     return plan
 
 
-def _plan_merge(
-    plan: BatchPlan,
-    contact: StoredContact,
-    merged: MergedContact,
-    details: set[tuple[Channel, str]],
-    stored_custom: Mapping[tuple[int, str], str],
-) -> None:
-    """MERGE into a stored contact: a non-empty value wins, an empty one never erases."""
+def _plan_merge(plan: BatchPlan, contact: StoredContact, merged: MergedContact) -> None:
+    """MERGE into a stored contact: a non-empty value wins, an empty one never erases.
+
+    Name and address are compared here (the lookup returned them); channels and custom values
+    are upserts the database resolves against its unique indexes: a stored channel stays, a new
+    one is added, a custom value is replaced only when it differs.
+    """
     name_changes = merged.name is not None and merged.name != contact.name
     address_changes = (
         merged.street_address is not None and merged.street_address != contact.street_address
     )
     if name_changes or address_changes:  # None in an update means "leave the stored value"
         plan.contact_updates.append((contact.id, merged.name, merged.street_address))
-    for detail_key, detail in merged.details.items():
-        if detail_key not in details:
-            plan.detail_inserts.append((contact.id, detail))
-    for lower, (field_name, value) in merged.custom_fields.items():
-        current = stored_custom.get((contact.id, lower))
-        if current is None:
-            plan.custom_inserts.append((contact.id, field_name, value))
-        elif current != value:
-            plan.custom_updates.append((contact.id, field_name, value))
+    plan.detail_upserts.extend((contact.id, detail) for detail in merged.details.values())
+    plan.custom_upserts.extend(
+        (contact.id, field_name, value) for field_name, value in merged.custom_fields.values()
+    )

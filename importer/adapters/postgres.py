@@ -27,7 +27,6 @@ from importer.exceptions import (
 )
 from importer.models import (
     Batch,
-    Channel,
     ConflictStrategy,
     ContactRow,
     Counters,
@@ -125,7 +124,6 @@ class PostgresStore:
         self._pool = pool
         self._q = queries()
         self._field_ids: dict[tuple[int, str], int] = {}  # (client, lower(name)) → id
-        self._field_names: dict[int, str] = {}  # id → lower(name)
         self._id_pool: list[int] = []
 
     # --- jobs ---------------------------------------------------------------------------------
@@ -200,7 +198,6 @@ class PostgresStore:
             rows = await self._pool.fetch(self._q["custom_field_ids"], job.client_id, list(names))
         for row in rows:
             self._field_ids[(job.client_id, row["key"])] = row["id"]
-            self._field_names[row["id"]] = row["key"]
         return created
 
     async def done_batches(self, job_id: uuid.UUID) -> frozenset[tuple[int, int]]:
@@ -276,48 +273,22 @@ class PostgresStore:
             r["cpf_cnpj"]: merge.StoredContact(r["id"], r["name"], r["street_address"])
             for r in await conn.fetch(self._q["find_contacts"], job.client_id, keys)
         }
-        details, custom = await self._stored_values(conn, job, stored)
-        plan = merge.plan_batch(folded, job.strategy, stored, details, custom)
+        plan = merge.plan_batch(folded, job.strategy, stored)
         await self._write_plan(conn, job, plan)
         return plan.new_keys
 
-    async def _stored_values(
-        self, conn: Conn, job: Job, stored: dict[str, merge.StoredContact]
-    ) -> tuple[dict[int, set[tuple[Channel, str]]], dict[tuple[int, str], str]]:
-        """Channels and custom values of the stored contacts (MERGE needs them to diff)."""
-        details: dict[int, set[tuple[Channel, str]]] = {}
-        custom: dict[tuple[int, str], str] = {}
-        if job.strategy is not ConflictStrategy.MERGE or not stored:
-            return details, custom
-        names = self._field_names
-        ids = [c.id for c in stored.values()]
-        for contact_id, channel_id, value, field_id in await conn.fetch(
-            self._q["stored_values_of"], ids
-        ):
-            if field_id is None:
-                details.setdefault(contact_id, set()).add((Channel(channel_id), value))
-            elif field_id in names:
-                custom[(contact_id, names[field_id])] = value
-        return details, custom
-
     async def _write_plan(self, conn: Conn, job: Job, plan: merge.BatchPlan) -> None:
-        """COPY every new row (new contacts and the new values of stored ones), then update
-        only the stored values that change."""
+        """COPY the new contacts with their channels and custom values; then update and upsert
+        what MERGE brings to stored contacts."""
         client, field_ids = job.client_id, self._field_ids
         contact_rows: list[tuple[Any, ...]] = []
-        detail_rows = [
-            (cid, client, d.channel.value, d.value, d.country_code, d.country)
-            for cid, d in plan.detail_inserts
-        ]
-        custom_rows = [
-            (cid, client, field_ids[(client, name.lower())], value)
-            for cid, name, value in plan.custom_inserts
-        ]
+        detail_rows: list[tuple[Any, ...]] = []
+        custom_rows: list[tuple[Any, ...]] = []
         ids = await self._contact_ids(conn, len(plan.new_contacts))
         for contact_id, c in zip(ids, plan.new_contacts, strict=True):
             contact_rows.append((contact_id, client, c.key, c.name, c.street_address, job.id))
             detail_rows.extend(
-                (contact_id, client, d.channel.value, d.value, d.country_code, d.country)
+                (contact_id, client, d.channel, d.value, d.country_code, d.country)
                 for d in c.details.values()
             )
             custom_rows.extend(
@@ -331,19 +302,28 @@ class PostgresStore:
         ):
             if rows:
                 await conn.copy_records_to_table(table, records=rows, columns=columns)
-        await self._update_stored(conn, client, plan)
+        await self._merge_stored(conn, client, plan)
 
-    async def _update_stored(self, conn: Conn, client: int, plan: merge.BatchPlan) -> None:
+    async def _merge_stored(self, conn: Conn, client: int, plan: merge.BatchPlan) -> None:
         if plan.contact_updates:
             ids, names, addresses = zip(*plan.contact_updates, strict=True)
             await conn.execute(self._q["update_contacts"], ids, names, addresses)
-        if plan.custom_updates:
-            field_ids = self._field_ids
+        if plan.detail_upserts:
+            rows = sorted(
+                (cid, int(d.channel), d.value, d.country_code, d.country)
+                for cid, d in plan.detail_upserts
+            )
             await conn.execute(
-                self._q["update_custom_values"],
-                [cid for cid, _, _ in plan.custom_updates],
-                [field_ids[(client, name.lower())] for _, name, _ in plan.custom_updates],
-                [value for _, _, value in plan.custom_updates],
+                self._q["upsert_details"], client, *map(list, zip(*rows, strict=True))
+            )
+        if plan.custom_upserts:
+            field_ids = self._field_ids
+            values = sorted(
+                (cid, field_ids[(client, name.lower())], value)
+                for cid, name, value in plan.custom_upserts
+            )
+            await conn.execute(
+                self._q["upsert_custom_values"], client, *map(list, zip(*values, strict=True))
             )
 
     async def _contact_ids(self, conn: Conn, count: int) -> list[int]:

@@ -25,14 +25,6 @@ RETURNING 1;
 SELECT id, cpf_cnpj, name, street_address FROM contact
 WHERE client_id = $1 AND cpf_cnpj = ANY($2::text[]) AND deleted_at IS NULL;
 
--- name: stored_values_of
--- Channels (custom_field_id NULL) and custom values of stored contacts, in one round trip.
-SELECT contact_id, channel_id, value, NULL::int AS custom_field_id
-FROM contact_details WHERE contact_id = ANY($1::bigint[]) AND deleted_at IS NULL
-UNION ALL
-SELECT contact_id, NULL::smallint, value, custom_field_id
-FROM contact_custom_fields WHERE contact_id = ANY($1::bigint[]);
-
 -- name: next_contact_ids
 -- A constant regclass: pg_get_serial_sequence() here would run its catalog lookup per row.
 SELECT nextval('contact_id_seq'::regclass) FROM generate_series(1, $1);
@@ -46,11 +38,21 @@ SET name = coalesce(u.name, c.name),
 FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u (id, name, street_address)
 WHERE c.id = u.id;
 
--- name: update_custom_values
-UPDATE contact_custom_fields f
-SET value = u.value
-FROM unnest($1::bigint[], $2::int[], $3::text[]) AS u (contact_id, custom_field_id, value)
-WHERE f.contact_id = u.contact_id AND f.custom_field_id = u.custom_field_id;
+-- name: upsert_details
+-- MERGE's channel union for stored contacts: the unique index keeps what is already there.
+INSERT INTO contact_details (contact_id, client_id, channel_id, value, country_code, country)
+SELECT u.contact_id, $1, u.channel_id, u.value, u.country_code, u.country
+FROM unnest($2::bigint[], $3::smallint[], $4::text[], $5::int[], $6::text[])
+     AS u (contact_id, channel_id, value, country_code, country)
+ON CONFLICT (contact_id, channel_id, value) WHERE deleted_at IS NULL DO NOTHING;
+
+-- name: upsert_custom_values
+-- MERGE's custom values for stored contacts: the file's non-empty value wins when it differs.
+INSERT INTO contact_custom_fields AS f (contact_id, client_id, custom_field_id, value)
+SELECT u.contact_id, $1, u.custom_field_id, u.value
+FROM unnest($2::bigint[], $3::int[], $4::text[]) AS u (contact_id, custom_field_id, value)
+ON CONFLICT ON CONSTRAINT contact_custom_fields_contact_field_key
+DO UPDATE SET value = EXCLUDED.value WHERE f.value IS DISTINCT FROM EXCLUDED.value;
 
 -- name: create_custom_fields
 -- Creates the client's missing fields; returns the new ones only.

@@ -26,7 +26,7 @@ class PlannedStore:
     def apply(self, batch: list[ContactRow], strategy: ConflictStrategy) -> int:
         folded = merge.fold_rows(batch, strategy)
         stored = {k: self.contacts[k] for k in folded if k in self.contacts}
-        plan = merge.plan_batch(folded, strategy, stored, self.details, self.custom)
+        plan = merge.plan_batch(folded, strategy, stored)
         for c in plan.new_contacts:
             contact = merge.StoredContact(next(self.ids), c.name, c.street_address)
             self.contacts[c.key] = contact
@@ -40,14 +40,9 @@ class PlannedStore:
                 old.name if name is None else name,
                 old.street_address if address is None else address,
             )
-        for cid, d in plan.detail_inserts:
-            assert (d.channel, d.value) not in self.details[cid]  # never a duplicate insert
+        for cid, d in plan.detail_upserts:  # ON CONFLICT DO NOTHING
             self.details[cid].add((d.channel, d.value))
-        for cid, name, value in plan.custom_inserts:
-            assert (cid, name.lower()) not in self.custom
-            self.custom[(cid, name.lower())] = value
-        for cid, name, value in plan.custom_updates:
-            assert self.custom[(cid, name.lower())] != value  # only real changes
+        for cid, name, value in plan.custom_upserts:  # ON CONFLICT DO UPDATE
             self.custom[(cid, name.lower())] = value
         return plan.new_keys
 
