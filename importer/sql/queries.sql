@@ -7,6 +7,9 @@ SET synchronous_commit = off;
 -- Every batch query is a key lookup through an index. During a large import the statistics lag
 -- the table by orders of magnitude, and a plan made for a "tiny" table seq-scans it per batch.
 SET enable_seqscan = off;
+-- For the same reason, plan every execution with its real parameters: a generic plan made while
+-- the table looked empty probes the unique index by client only and filters every key.
+SET plan_cache_mode = force_custom_plan;
 
 -- name: record_batch
 -- The ledger row, last in the batch's transaction: a repeat finds the primary key taken, gets
