@@ -75,3 +75,13 @@ def sum_counters(parts: Iterable[Counters]) -> Counters:
     for part in parts:
         total.add(part)
     return total
+
+
+# New contacts after which the importer refreshes the planner's statistics; doubles each time.
+FIRST_ANALYZE_AFTER = 20_000
+_LAST_ANALYZE_STEP = 2_000_000
+
+
+def next_analyze_threshold(current: int) -> int:
+    """The next ANALYZE comes after twice as many inserts, up to a fixed step."""
+    return min(current * 2, _LAST_ANALYZE_STEP)

@@ -125,6 +125,9 @@ class PostgresStore:
         self._q = queries()
         self._field_ids: dict[tuple[int, str], int] = {}  # (client, lower(name)) → id
         self._id_pool: list[int] = []
+        self._inserted_since_analyze = 0
+        self._analyze_after = lifecycle.FIRST_ANALYZE_AFTER
+        self._analyzing = False
 
     # --- jobs ---------------------------------------------------------------------------------
 
@@ -222,7 +225,22 @@ class PostgresStore:
                     await self._record(conn, job, batch, "done", counters, 1, None)
         except BatchAlreadyAppliedError:
             return None
+        await self._keep_statistics(counters.inserted)
         return counters
+
+    async def _keep_statistics(self, inserted: int) -> None:
+        """ANALYZE each time this store's inserts double: plans stay right as tables grow."""
+        self._inserted_since_analyze += inserted
+        if self._analyzing or self._inserted_since_analyze < self._analyze_after:
+            return
+        self._analyzing = True
+        try:
+            with translated_errors():
+                await self._pool.execute(self._q["analyze_contacts"])
+        finally:
+            self._analyzing = False
+        self._inserted_since_analyze = 0
+        self._analyze_after = lifecycle.next_analyze_threshold(self._analyze_after)
 
     async def discard_batch(self, job: Job, batch: Batch, attempts: int, error: str) -> None:
         lost = tuple(

@@ -7,9 +7,6 @@ SET synchronous_commit = off;
 -- Every batch query is a key lookup through an index. During a large import the statistics lag
 -- the table by orders of magnitude, and a plan made for a "tiny" table seq-scans it per batch.
 SET enable_seqscan = off;
--- For the same reason, plan every execution with its real parameters: a generic plan made while
--- the table looked empty probes the unique index by client only and filters every key.
-SET plan_cache_mode = force_custom_plan;
 
 -- name: record_batch
 -- The ledger row, last in the batch's transaction: a repeat finds the primary key taken, gets
@@ -25,8 +22,19 @@ RETURNING 1;
 -- The batch's stored contacts. Not locked: every write the batch makes is either an insert that
 -- a unique index guards (a concurrent import's new key or value makes it fail and retry) or an
 -- update to the file's own values, so the result is that of some serial order per key.
-SELECT id, cpf_cnpj, name, street_address FROM contact
-WHERE client_id = $1 AND cpf_cnpj = ANY($2::text[]) AND deleted_at IS NULL;
+-- One index probe per key, whatever the statistics say: the LIMIT inside LATERAL rules out a
+-- plan that scans the client's whole index and filters the keys.
+SELECT c.id, c.cpf_cnpj, c.name, c.street_address
+FROM unnest($2::text[]) AS k (cpf_cnpj)
+CROSS JOIN LATERAL (
+    SELECT id, cpf_cnpj, name, street_address FROM contact
+    WHERE client_id = $1 AND cpf_cnpj = k.cpf_cnpj AND deleted_at IS NULL
+    LIMIT 1
+) AS c;
+
+-- name: analyze_contacts
+-- Run by the importer as its inserts outgrow the statistics (autovacuum may be off or late).
+ANALYZE contact, contact_details, contact_custom_fields;
 
 -- name: next_contact_ids
 -- A constant regclass: pg_get_serial_sequence() here would run its catalog lookup per row.

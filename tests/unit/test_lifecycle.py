@@ -59,3 +59,11 @@ def test_retry_routing() -> None:
     assert not lifecycle.should_retry(1, 4, transient=False)
     assert lifecycle.retry_delay(1) < lifecycle.retry_delay(2) <= 5.0
     assert lifecycle.retry_delay(30) == 5.0
+
+
+def test_analyze_threshold_doubles_up_to_a_step() -> None:
+    steps = [lifecycle.FIRST_ANALYZE_AFTER]
+    for _ in range(12):
+        steps.append(lifecycle.next_analyze_threshold(steps[-1]))
+    assert steps[1] == 2 * steps[0]
+    assert steps[-1] == steps[-2] == 2_000_000
