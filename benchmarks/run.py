@@ -200,7 +200,9 @@ def _peak_rss_mib(pid: int) -> float:
 def _wait_for_backends_to_exit(dsn: str) -> None:
     query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'importer'"
     for _ in range(100):
-        done = subprocess.run(["psql", dsn, "-Atc", query], capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            ["psql", dsn, "-Atc", query], capture_output=True, text=True, check=True
+        )
         if done.stdout.strip() == "0":
             time.sleep(0.3)  # let the postmaster reap them
             return

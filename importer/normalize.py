@@ -21,7 +21,13 @@ from phonenumbers import PhoneMetadata, PhoneNumberDesc
 
 from importer.models import Phone, Reason
 
-__all__ = ["normalize_cpf_cnpj", "normalize_email", "normalize_phone"]
+__all__ = [
+    "PhoneParts",
+    "normalize_cpf_cnpj",
+    "normalize_email",
+    "normalize_phone",
+    "normalize_phone_parts",
+]
 
 # ---------------------------------------------------------------------------
 # CPF / CNPJ key
@@ -31,20 +37,34 @@ CPF_LENGTH: Final = 11
 CNPJ_LENGTH: Final = 14
 _CNPJ_BASE_LENGTH: Final = 12  # the places where an alphanumeric CNPJ may have letters
 _ASCII_ZERO: Final = ord("0")  # a character's value is its ASCII code minus this
-# Per check digit: the weights, and the sum that the ASCII codes add (ASCII_ZERO * weights).
+_KEY_FORMATTING: Final = b".-/ "  # what the fast path drops from an ASCII key
+# Both check digits' weighted sums come from one ``sum(map(mul, codes, weights))``: the
+# second digit's weights are shifted left by _SUM_BITS, so its sum lands above the first's
+# (each stays below 2**12). The rule's bias is what the ASCII codes add (ASCII_ZERO * weights).
+_SUM_BITS: Final = 16
+_SUM_MASK: Final = (1 << _SUM_BITS) - 1
 _CheckRule = tuple[tuple[int, ...], int]
 
 
-def _rules(*weights: tuple[int, ...]) -> tuple[_CheckRule, _CheckRule]:
-    first, second = ((row, _ASCII_ZERO * sum(row)) for row in weights)
-    return first, second
+def _rule(first: tuple[int, ...], second: tuple[int, ...]) -> _CheckRule:
+    """``first`` weighs the base; ``second`` the base and the first check digit."""
+    weights = tuple(a + (b << _SUM_BITS) for a, b in zip((*first, 0), second, strict=True))
+    return weights, _ASCII_ZERO * sum(weights)
 
 
-_CPF_RULES: Final = _rules((10, 9, 8, 7, 6, 5, 4, 3, 2), (11, 10, 9, 8, 7, 6, 5, 4, 3, 2))
-_CNPJ_RULES: Final = _rules(
+_CPF_RULE: Final = _rule((10, 9, 8, 7, 6, 5, 4, 3, 2), (11, 10, 9, 8, 7, 6, 5, 4, 3, 2))
+_CNPJ_RULE: Final = _rule(
     (5, 4, 3, 2, 9, 8, 7, 6, 5, 4, 3, 2),
     (6, 5, 4, 3, 2, 9, 8, 7, 6, 5, 4, 3, 2),
 )
+# A numeric key's check-digit rule, and the reason when they are wrong, by key length.
+_NUMERIC_RULES: Final = {
+    CPF_LENGTH: (_CPF_RULE, Reason.INVALID_CPF),
+    CNPJ_LENGTH: (_CNPJ_RULE, Reason.INVALID_CNPJ),
+}
+# Keys of one repeated character: their check digits hold, the rule rejects them. Only
+# digits can repeat up to a key's check digits.
+_REPEATED: Final = frozenset(d * n for d in (b"%d" % i for i in range(10)) for n in (11, 14))
 
 
 def normalize_cpf_cnpj(raw: str) -> str | Reason:
@@ -53,6 +73,17 @@ def normalize_cpf_cnpj(raw: str) -> str | Reason:
     Excel leftovers are format errors, not keys: scientific notation (``1,23457E+10``,
     digits lost) and text formulas (``="01234567890"``) carry ``, + = "``.
     """
+    if raw.isascii():  # fast path: ASCII digits and ". - /" spaces, 11 or 14 digits
+        codes = raw.encode("ascii").translate(None, _KEY_FORMATTING)
+        numeric = _NUMERIC_RULES.get(len(codes))
+        if numeric is not None and codes.isdigit():
+            rule, reason = numeric
+            return codes.decode("ascii") if _has_valid_check_digits(codes, rule) else reason
+    return _normalize_key(raw)
+
+
+def _normalize_key(raw: str) -> str | Reason:
+    """``normalize_cpf_cnpj`` for any input."""
     key = _compact_key(raw)
     if not key:
         return Reason.MISSING_CPF_CNPJ
@@ -60,10 +91,11 @@ def normalize_cpf_cnpj(raw: str) -> str | Reason:
     if not (key.isascii() and key.isalnum()) or len(key) > CNPJ_LENGTH:
         return Reason.INVALID_CPF_CNPJ_FORMAT
     key = _pad_numeric(key.upper())
+    codes = key.encode("ascii")
     if len(key) == CPF_LENGTH and key.isdigit():
-        valid, reason = _has_valid_check_digits(key, _CPF_RULES), Reason.INVALID_CPF
+        valid, reason = _has_valid_check_digits(codes, _CPF_RULE), Reason.INVALID_CPF
     elif len(key) == CNPJ_LENGTH and key[_CNPJ_BASE_LENGTH:].isdigit():
-        valid, reason = _has_valid_check_digits(key, _CNPJ_RULES), Reason.INVALID_CNPJ
+        valid, reason = _has_valid_check_digits(codes, _CNPJ_RULE), Reason.INVALID_CNPJ
     else:
         return Reason.INVALID_CPF_CNPJ_FORMAT
     return key if valid else reason
@@ -86,23 +118,18 @@ def _pad_numeric(key: str) -> str:
     return key
 
 
-def _has_valid_check_digits(key: str, rules: tuple[_CheckRule, _CheckRule]) -> bool:
-    """Mod-11 check digits of a CPF or a (possibly alphanumeric) CNPJ; no repeats."""
-    if key.count(key[0]) == len(key):
-        return False
-    codes = key.encode("ascii")
-    first, second = rules
-    return (
-        _check_digit(codes, first) == codes[-2] - _ASCII_ZERO
-        and _check_digit(codes, second) == codes[-1] - _ASCII_ZERO
-    )
+def _has_valid_check_digits(codes: bytes, rule: _CheckRule) -> bool:
+    """Mod-11 check digits of a CPF or a (possibly alphanumeric, uppercase) CNPJ; no repeats.
 
-
-def _check_digit(codes: bytes, rule: _CheckRule) -> int:
-    """11 minus the weighted sum's remainder mod 11; 10 and 11 become 0."""
+    A check digit is 11 minus its weighted sum's remainder mod 11; 10 and 11 become 0.
+    """
     weights, ascii_bias = rule
-    total: int = sum(map(mul, codes, weights)) - ascii_bias
-    return -total % 11 % 10
+    sums: int = sum(map(mul, codes, weights)) - ascii_bias
+    return (
+        -(sums & _SUM_MASK) % 11 % 10 == codes[-2] - _ASCII_ZERO
+        and -(sums >> _SUM_BITS) % 11 % 10 == codes[-1] - _ASCII_ZERO
+        and codes not in _REPEATED
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -112,6 +139,8 @@ def _check_digit(codes: bytes, rule: _CheckRule) -> int:
 PHONE_MAX_RAW_LENGTH: Final = 64  # longer raw values are not phones: None, unparsed
 _DEFAULT_REGION: Final = "BR"
 _PHONE_PUNCTUATION: Final = " ().-"  # what the fast path accepts besides digits and one "+"
+_PHONE_FORMATTING: Final = b" ().-+"
+PhoneParts = tuple[str, int, str | None]  # a Phone's fields: (e164, country_code, country)
 
 
 class _RegionRules:
@@ -126,6 +155,8 @@ class _RegionRules:
         "local_only_lengths",
         "max_length",
         "national_prefix",
+        "plain_valid",
+        "plus_valid",
         "prefix_transform",
         "valid_by_length",
     )
@@ -146,6 +177,22 @@ class _RegionRules:
         self.prefix_transform = meta.national_prefix_transform_rule
         self.idd = re.compile(meta.international_prefix or "(?!)")
         self.valid_by_length = _validity_patterns(meta, general)
+        self.plain_valid, self.plus_valid = self._common_shapes()
+
+    def _common_shapes(self) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+        """Whole-number patterns of the valid numbers without a prefix to strip.
+
+        ``plain_valid``: digits that are neither an IDD, the country code nor a national
+        prefix, and valid as they are. ``plus_valid``: the country code, then such a number
+        that is not a national prefix. One match replays all of ``_fast_national_number``
+        and ``_br_phone`` for these shapes.
+        """
+        by_length = sorted(self.valid_by_length.items(), reverse=True)  # longest first
+        valid = "|".join(rf"(?=\d{{{n}}}\Z)(?:{p.pattern})" for n, p in by_length)
+        national = f"(?!{self.national_prefix.pattern})(?:{valid})"
+        plain = f"(?!{self.idd.pattern})(?!{re.escape(self.country_prefix)}){national}"
+        plus = f"{re.escape(self.country_prefix)}{national}"
+        return re.compile(plain.encode("ascii")), re.compile(plus.encode("ascii"))
 
     def too_long(self, digits: str) -> bool:
         """``_test_number_length(digits) == TOO_LONG``."""
@@ -227,6 +274,27 @@ def normalize_phone(raw: str, *, international: bool = False) -> Phone | None:
     Default region BR unless ``international`` (then the number must carry its
     +country code). Same result as ``phonenumbers.parse`` + ``is_valid_number``.
     """
+    parts = normalize_phone_parts(raw, international=international)
+    return None if parts is None else Phone(*parts)
+
+
+def normalize_phone_parts(raw: str, *, international: bool = False) -> PhoneParts | None:
+    """``normalize_phone``'s fields as a tuple: for callers that do not keep the Phone.
+
+    First the usual ways of writing a valid BR number: digits and ``( ) - .`` spaces,
+    maybe ``+`` and the country code first, and no IDD, national prefix or plus-less
+    country code to take off; one regex checks all that (``_RegionRules._common_shapes``).
+    Anything else, invalid numbers included, goes the general way.
+    """
+    if raw.isascii():
+        digits = raw.encode("ascii").translate(None, _PHONE_FORMATTING)
+        if digits.isdigit() and len(raw) <= PHONE_MAX_RAW_LENGTH:
+            if raw[0] == "+":
+                if raw.count("+") == 1 and _BR.plus_valid.fullmatch(digits):
+                    e164 = b"+" + digits  # the country code is already in the digits
+                    return e164.decode("ascii"), _BR.country_code, _BR_COUNTRY
+            elif not international and "+" not in raw and _BR.plain_valid.fullmatch(digits):
+                return _BR_E164_PREFIX + digits.decode("ascii"), _BR.country_code, _BR_COUNTRY
     if len(raw) > PHONE_MAX_RAW_LENGTH:
         return None
     national = _fast_national_number(raw, international=international)
@@ -283,14 +351,14 @@ def _without_default_country_code(digits: str) -> str:
     return digits
 
 
-def _br_phone(national: str) -> Phone | None:
+def _br_phone(national: str) -> PhoneParts | None:
     pattern = _BR.valid_by_length.get(len(national))
     if pattern is None or pattern.fullmatch(national) is None:
         return None
-    return Phone(_BR_E164_PREFIX + national, _BR.country_code, _BR_COUNTRY)
+    return _BR_E164_PREFIX + national, _BR.country_code, _BR_COUNTRY
 
 
-def _library_phone(raw: str, *, international: bool) -> Phone | None:
+def _library_phone(raw: str, *, international: bool) -> PhoneParts | None:
     region = None if international else _DEFAULT_REGION
     try:
         number = phonenumbers.parse(raw, region)
@@ -300,7 +368,7 @@ def _library_phone(raw: str, *, international: bool) -> Phone | None:
         return None
     e164 = phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
     country_code = number.country_code or 0  # always set on a valid number
-    return Phone(e164, country_code, phonenumbers.region_code_for_number(number))
+    return e164, country_code, phonenumbers.region_code_for_number(number)
 
 
 # ---------------------------------------------------------------------------
@@ -308,15 +376,15 @@ def _library_phone(raw: str, *, international: bool) -> Phone | None:
 # ---------------------------------------------------------------------------
 
 EMAIL_MAX_LENGTH: Final = 254
+_LOCAL_MAX_LENGTH: Final = 64
+_FAST_DOMAIN_MAX_LENGTH: Final = 63  # so that no label is longer than 63
 _ATEXT: Final = r"A-Za-z0-9!#$%&'*+/=?^_`{|}~-"
-_LDH_LABEL: Final = (
-    r"(?![A-Za-z0-9-]{2}--)"  # R-LDH / Punycode labels: the library decides
-    r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-)
-# Plain ASCII only: dot-atom local part <= 64, >= 2 LDH labels, alphabetic TLD.
+# Plain ASCII only: dot-atom local part, >= 2 LDH labels, alphabetic TLD. Possessive
+# quantifiers: what they take, nothing after them could use. The lengths, and the "--"
+# of R-LDH and Punycode labels, are checked after the match (``_fast_email``).
 _EMAIL_FAST: Final = re.compile(
-    rf"(?=[^@]{{1,64}}@)([{_ATEXT}]+(?:\.[{_ATEXT}]+)*)"
-    rf"@((?:{_LDH_LABEL}\.)+[A-Za-z]{{1,63}})"
+    rf"([{_ATEXT}]++(?:\.[{_ATEXT}]++)*+)"
+    r"@((?:[A-Za-z0-9]++(?:-++[A-Za-z0-9]++)*+\.)+[A-Za-z]{1,63})"
 )
 _SPECIAL_USE_SUFFIXES: Final = tuple(f".{name}" for name in SPECIAL_USE_DOMAIN_NAMES)
 
@@ -327,13 +395,26 @@ def normalize_email(raw: str) -> str | None:
     No DNS. Surrounding whitespace is trimmed first.
     """
     address = raw.strip()
-    fast = _EMAIL_FAST.fullmatch(address) if len(address) <= EMAIL_MAX_LENGTH else None
+    fast = _fast_email(address)
     if fast is None:
         return _library_email(address)
-    domain = fast.group(2).lower()
-    if f".{domain}".endswith(_SPECIAL_USE_SUFFIXES):
+    domain = fast.group(2)
+    lowered = domain.lower()
+    if f".{lowered}".endswith(_SPECIAL_USE_SUFFIXES):
         return None  # .test, .local, ...: email_validator rejects them too
-    return f"{fast.group(1)}@{domain}"
+    return address if lowered == domain else f"{fast.group(1)}@{lowered}"
+
+
+def _fast_email(address: str) -> re.Match[str] | None:
+    """The (local part, domain) match of an address simple enough to decide without the
+    library; None for any other (the library decides: IDN, "--", long parts, quotes ...)."""
+    fast = _EMAIL_FAST.fullmatch(address) if len(address) <= EMAIL_MAX_LENGTH else None
+    if fast is None or fast.end(1) > _LOCAL_MAX_LENGTH:
+        return None
+    domain = fast.group(2)
+    if len(domain) > _FAST_DOMAIN_MAX_LENGTH or "--" in domain:
+        return None
+    return fast
 
 
 def _library_email(address: str) -> str | None:
