@@ -62,6 +62,7 @@ _TRANSIENT = (
 )
 
 _ID_BLOCK = 4096  # contact ids reserved per sequence round trip
+_ACQUIRE_TIMEOUT_S = 60.0  # a pool that cannot reconnect fails the batch instead of hanging
 _MIGRATION_LOCK = 0x1A4F0001  # advisory lock id serializing concurrent `db migrate` runs
 
 _CONTACT = ("id", "client_id", "cpf_cnpj", "name", "street_address", "import_job_id")
@@ -172,7 +173,7 @@ class PostgresStore:
     async def finalize(self, job_id: uuid.UUID, fail_reason: str | None) -> Finalized | None:
         target = JobStatus.FAILED if fail_reason is not None else JobStatus.COMPLETED
         with translated_errors():
-            async with self._pool.acquire() as conn, conn.transaction():
+            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
                 await conn.execute(self._q["synchronous_commit"])
                 row = await conn.fetchrow(
                     self._q["finalize_job"],
@@ -218,7 +219,10 @@ class PostgresStore:
         """
         try:
             with translated_errors():
-                async with self._pool.acquire() as conn, conn.transaction():
+                async with (
+                    self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn,
+                    conn.transaction(),
+                ):
                     new_keys = await self._write_rows(conn, job, batch.rows) if batch.rows else 0
                     await self._write_issues(conn, job.id, batch.issues)
                     counters = lifecycle.batch_counters(batch, job.strategy, new_keys)
@@ -248,7 +252,7 @@ class PostgresStore:
             for r in batch.rows
         )
         with contextlib.suppress(BatchAlreadyAppliedError), translated_errors():
-            async with self._pool.acquire() as conn, conn.transaction():
+            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
                 await self._write_issues(conn, job.id, batch.issues + lost)
                 counters = lifecycle.discarded_counters(batch)
                 await self._record(conn, job, batch, "discarded", counters, attempts, error)
@@ -368,7 +372,7 @@ class PostgresStore:
 
     async def row_issues(self, job_id: uuid.UUID) -> AsyncIterator[RowIssue]:
         with translated_errors():
-            async with self._pool.acquire() as conn, conn.transaction():
+            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
                 async for r in conn.cursor(self._q["row_errors"], job_id, prefetch=2000):
                     yield RowIssue(
                         r["line"],
