@@ -284,7 +284,7 @@ async def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--chunk-size", type=int, default=2000)
+    parser.add_argument("--chunk-size", type=int, default=5000)
     parser.add_argument("--discard", action="store_true", help="also time DISCARD")
     parser.add_argument("--skip-floor", action="store_true")
     args = parser.parse_args()

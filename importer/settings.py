@@ -9,7 +9,7 @@ from importer.exceptions import ConfigurationError
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 # Rows per chunk: large enough that per-transaction round trips are noise next to the rows' work.
-DEFAULT_CHUNK_SIZE = 2000
+DEFAULT_CHUNK_SIZE = 5000
 # Consumers (and key partitions) per import: enough to keep both cores of the database busy.
 DEFAULT_CONCURRENCY = 4
 # Bytes read from the source per block.
