@@ -10,6 +10,7 @@ number of consumers. Each batch commits its writes, its counters and its ledger 
 from __future__ import annotations
 
 import asyncio
+import time
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -432,6 +433,10 @@ class ImportRun:
 
     async def _apply(self, store: Store, batch: Batch) -> Counters:
         """Apply with retries; a batch that keeps failing is recorded as discarded."""
+        batch_log = log.bind(
+            job_id=str(self.job.id), chunk=batch.chunk_no, partition=batch.partition
+        )
+        started = time.perf_counter()
         attempt = 0
         while True:
             attempt += 1
@@ -439,29 +444,34 @@ class ImportRun:
                 counters = await store.apply_batch(self.job, batch)
             except TransientStoreError as exc:
                 if lifecycle.should_retry(attempt, self._config.max_batch_attempts, True):
-                    log.warning(
-                        "batch_retry",
-                        job_id=str(self.job.id),
-                        chunk=batch.chunk_no,
-                        partition=batch.partition,
-                        attempt=attempt,
-                        error=str(exc),
-                    )
+                    batch_log.warning("batch_retry", attempt=attempt, error=str(exc))
                     await asyncio.sleep(lifecycle.retry_delay(attempt))
                     continue
-                return await self._discard(store, batch, attempt, exc)
+                return await self._discard(store, batch, attempt, exc, batch_log)
             except StoreError as exc:  # the database refused the content: retrying cannot help
-                return await self._discard(store, batch, attempt, exc)
-            return counters if counters is not None else Counters()
+                return await self._discard(store, batch, attempt, exc, batch_log)
+            applied = counters if counters is not None else Counters()
+            batch_log.info(  # the canonical line of a batch
+                "chunk_applied",
+                rows=batch.rows_read,
+                inserted=applied.inserted,
+                updated=applied.updated,
+                invalid=applied.invalid,
+                ignored=applied.ignored,
+                attempts=attempt,
+                ms=round((time.perf_counter() - started) * 1000, 1),
+                repeated=counters is None,
+            )
+            return applied
 
-    async def _discard(self, store: Store, batch: Batch, attempts: int, exc: Exception) -> Counters:
-        log.error(
-            "batch_discarded",
-            job_id=str(self.job.id),
-            chunk=batch.chunk_no,
-            partition=batch.partition,
-            attempts=attempts,
-            error=str(exc),
-        )
+    async def _discard(
+        self,
+        store: Store,
+        batch: Batch,
+        attempts: int,
+        exc: Exception,
+        batch_log: structlog.typing.FilteringBoundLogger,
+    ) -> Counters:
+        batch_log.error("batch_discarded", attempts=attempts, error=str(exc))
         await store.discard_batch(self.job, batch, attempts, str(exc))
         return lifecycle.discarded_counters(batch)
