@@ -47,7 +47,3 @@ class TransientStoreError(StoreError):
 
 class BatchAlreadyAppliedError(ImporterError):
     """This chunk was already applied: the repeat is a no-op."""
-
-
-class ImportCancelledError(ImporterError):
-    """The import was cancelled."""

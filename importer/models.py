@@ -22,10 +22,6 @@ class JobStatus(enum.StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
 
-    @property
-    def is_terminal(self) -> bool:
-        return self in TERMINAL_STATUSES
-
 
 TERMINAL_STATUSES = frozenset(
     {
@@ -107,9 +103,6 @@ class Reason(enum.StrEnum):
     TOO_MANY_COLUMNS = "too_many_columns"
     SOURCE_UNREADABLE = "source_unreadable"
     INTERNAL_ERROR = "internal_error"
-
-
-WARNING_REASONS = frozenset({Reason.INVALID_PHONE, Reason.INVALID_EMAIL, Reason.VALUE_TOO_LONG})
 
 
 class Severity(enum.StrEnum):

@@ -252,10 +252,6 @@ class Chunker:
             raise FileRejectedError(Reason.EMPTY_FILE, "the file has no records")
         return self._buffer.cut() if self._buffer.count else []
 
-    @property
-    def chunks_cut(self) -> int:
-        return self._buffer.chunk_no
-
     def _start_csv(self, record: RawRecord) -> bool:
         """Build the plan from the header (True: the record was the header) or by position."""
         layout = self._config.layout

@@ -94,33 +94,14 @@ SET status = $2, updated_at = now(),
 WHERE id = $1 AND status = ANY($3::text[])
 RETURNING status;
 
--- name: fail_job
-UPDATE import_job
-SET status = 'failed', fail_reason = $2, updated_at = now()
-WHERE id = $1 AND status = ANY($3::text[])
-RETURNING status;
-
 -- name: record_created_fields
 UPDATE import_job SET created_custom_fields = created_custom_fields + $2 WHERE id = $1;
-
--- name: set_total_chunks
-UPDATE import_job SET total_chunks = $2, updated_at = now() WHERE id = $1;
 
 -- name: get_job
 SELECT * FROM import_job WHERE id = $1;
 
 -- name: done_batches
 SELECT chunk_no, partition FROM import_chunk WHERE job_id = $1;
-
--- name: ledger_totals
-SELECT coalesce(sum(rows_read), 0)::bigint AS rows_read,
-       coalesce(sum(inserted), 0)::bigint AS inserted,
-       coalesce(sum(updated), 0)::bigint AS updated,
-       coalesce(sum(invalid), 0)::bigint AS invalid,
-       coalesce(sum(error), 0)::bigint AS error,
-       coalesce(sum(ignored), 0)::bigint AS ignored,
-       count(*)::bigint AS batches
-FROM import_chunk WHERE job_id = $1;
 
 -- name: synchronous_commit
 SET LOCAL synchronous_commit = on;

@@ -124,7 +124,6 @@ CREATE TABLE IF NOT EXISTS import_job (
     invalid                     bigint NOT NULL DEFAULT 0,
     error                       bigint NOT NULL DEFAULT 0,
     ignored                     bigint NOT NULL DEFAULT 0,
-    total_chunks                integer,
     bytes_total                 bigint,
     created_custom_fields       integer NOT NULL DEFAULT 0,
     fail_reason                 text,
