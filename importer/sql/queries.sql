@@ -1,13 +1,5 @@
 -- Named queries, loaded once by importer/sql/__init__.py. Every value is a bound parameter.
 
--- name: init_connection
--- Batch transactions commit asynchronously: their writes, counters and ledger mark are atomic,
--- WAL order is kept, and finalization commits synchronously (flushing every earlier commit).
-SET synchronous_commit = off;
--- Every batch query is a key lookup through an index. During a large import the statistics lag
--- the table by orders of magnitude, and a plan made for a "tiny" table seq-scans it per batch.
-SET enable_seqscan = off;
-
 -- name: record_batch
 -- The ledger row, last in the batch's transaction: a repeat finds the primary key taken, gets
 -- no row back, and rolls the whole batch back.
