@@ -47,3 +47,33 @@ class TransientStoreError(StoreError):
 
 class BatchAlreadyAppliedError(ImporterError):
     """This chunk was already applied: the repeat is a no-op."""
+
+
+# --- object storage ---------------------------------------------------------------------------
+
+
+class StorageError(ImporterError):
+    """The object store refused or lost an operation."""
+
+
+class ObjectNotFoundError(StorageError):
+    """The object does not exist."""
+
+
+class ObjectTooLargeError(StorageError):
+    """The object is larger than the configured limit."""
+
+
+class ChecksumMismatchError(StorageError):
+    """The object's size or sha256 differs from the values sealed on the import."""
+
+
+# --- authentication ---------------------------------------------------------------------------
+
+
+class AuthenticationError(ImporterError):
+    """The bearer token is missing, malformed, expired or badly signed."""
+
+
+class PermissionDeniedError(ImporterError):
+    """The token does not grant the permission this operation needs."""

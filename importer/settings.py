@@ -16,6 +16,9 @@ DEFAULT_CONCURRENCY = 4
 DEFAULT_READ_BLOCK = 256 * 1024
 # Chunks buffered between the reader and each consumer: bounds memory whatever the file size.
 DEFAULT_QUEUE_DEPTH = 2
+# Where uploaded files live when no S3 endpoint is configured.
+DEFAULT_STORAGE_DIR = "./var/objects"
+DEFAULT_BUCKET = "importer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +44,16 @@ class Settings:
     log_format: str = "console"
     log_level: str = "warning"
     limits: Limits = Limits()
+    # Object storage: S3 when an endpoint is set, else a local directory.
+    s3_endpoint_url: str | None = None
+    bucket: str = DEFAULT_BUCKET
+    aws_region: str | None = None
+    aws_access_key_id: str | None = None
+    aws_secret_access_key: str | None = None
+    storage_dir: str = DEFAULT_STORAGE_DIR
+    # Bearer tokens: HS256 with a shared secret, or RS256 with a PEM public key.
+    jwt_secret: str | None = None
+    jwt_public_key: str | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Settings:
@@ -63,6 +76,14 @@ class Settings:
             log_format=environ.get("IMPORTER_LOG_FORMAT", "console"),
             log_level=environ.get("IMPORTER_LOG_LEVEL", "warning"),
             limits=limits,
+            s3_endpoint_url=environ.get("S3_ENDPOINT_URL") or None,
+            bucket=environ.get("IMPORTER_BUCKET") or DEFAULT_BUCKET,
+            aws_region=environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or None,
+            aws_access_key_id=environ.get("AWS_ACCESS_KEY_ID") or None,
+            aws_secret_access_key=environ.get("AWS_SECRET_ACCESS_KEY") or None,
+            storage_dir=environ.get("IMPORTER_STORAGE_DIR") or DEFAULT_STORAGE_DIR,
+            jwt_secret=environ.get("JWT_SECRET") or None,
+            jwt_public_key=environ.get("JWT_PUBLIC_KEY") or None,
         )
 
 
