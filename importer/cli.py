@@ -17,7 +17,8 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemaining
 from rich.table import Table
 
 from importer import runtime
-from importer.exceptions import ImporterError
+from importer.auth import DEFAULT_TTL_S, MAX_CLIENT_ID, Permission, Principal, mint_token
+from importer.exceptions import ConfigurationError, ImporterError
 from importer.logs import configure_logging
 from importer.models import ConflictStrategy, Counters, InputFormat
 from importer.service import ImportOutcome, ImportRequest, format_for
@@ -62,7 +63,38 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         help="phones carry their +country code (no default region)",
     )
     imp.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    _add_token_parser(commands)
     return parser
+
+
+def _non_empty(raw: str) -> str:
+    if not raw:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return raw
+
+
+def _client_id(raw: str) -> int:
+    value = _positive(raw)
+    if value > MAX_CLIENT_ID:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_CLIENT_ID}")
+    return value
+
+
+def _add_token_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    token = commands.add_parser(
+        "token",
+        help="mint a bearer token for local use (HS256 with JWT_SECRET, or RS256 with a key file)",
+    )
+    token.add_argument("--client-id", type=_client_id, required=True)
+    token.add_argument("--user-id", type=_non_empty, required=True)
+    token.add_argument(
+        "--permission",
+        action="append",
+        choices=[p.value for p in Permission],
+        help=f"repeatable; default {Permission.CONTACT_IMPORT_CREATE.value}",
+    )
+    token.add_argument("--ttl", type=_positive, default=DEFAULT_TTL_S, help="seconds")
+    token.add_argument("--private-key", type=Path, help="PEM RSA private key: sign with RS256")
 
 
 class TerminalProgress:
@@ -186,6 +218,25 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if outcome.succeeded else 1
 
 
+def _token(settings: Settings, args: argparse.Namespace) -> int:
+    """Print a token the local API accepts, so the README's curl flow needs no identity provider."""
+    principal = Principal(
+        user_id=args.user_id,
+        client_id=args.client_id,
+        permissions=frozenset(
+            Permission(p) for p in args.permission or [Permission.CONTACT_IMPORT_CREATE]
+        ),
+    )
+    if args.private_key is not None:
+        token = mint_token(principal, ttl_s=args.ttl, private_key_pem=args.private_key.read_bytes())
+    elif settings.jwt_secret is None:
+        raise ConfigurationError("JWT_SECRET is not set (or pass --private-key FILE for RS256)")
+    else:
+        token = mint_token(principal, ttl_s=args.ttl, secret=settings.jwt_secret)
+    sys.stdout.write(token + "\n")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings.from_environ(os.environ)
     args = build_parser(settings).parse_args(argv)
@@ -195,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             uvloop.run(runtime.run_migrate(settings))
             print("schema applied", file=sys.stderr)
             return 0
+        if args.command == "token":
+            return _token(settings, args)
         return _import(settings, args)
     except ImporterError as exc:
         print(f"importer: {exc}", file=sys.stderr)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from importer.auth import Permission, Principal, TokenVerifier
 from tests.support import cpf, fetch
 
 pytestmark = pytest.mark.acceptance
@@ -141,3 +142,67 @@ def test_bad_arguments_are_refused(db_dsn: str) -> None:
     missing = importer(db_dsn, "import", "/nonexistent.csv", "--client-id", "1")
     assert missing.returncode == 2
     assert "nonexistent" in missing.stderr
+
+
+def run_token(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``importer token`` needs no database: only the JWT variables of ``env`` matter."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("JWT_SECRET", "JWT_PUBLIC_KEY")}
+    return subprocess.run(
+        [sys.executable, "-m", "importer", "token", *args],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_token_command_mints_a_token_the_verifier_accepts() -> None:
+    secret = "acceptance-secret-0123456789abcdefghij"
+    args = "--client-id 7 --user-id u-1 --permission HSM.CREATE --permission IMPORT.ADMIN --ttl 120"
+    done = run_token({"JWT_SECRET": secret}, *args.split())
+    assert done.returncode == 0, done.stderr
+    principal = TokenVerifier(secret=secret).verify(done.stdout.strip())
+    assert principal == Principal(
+        user_id="u-1",
+        client_id=7,
+        permissions=frozenset({Permission.HSM_CREATE, Permission.IMPORT_ADMIN}),
+    )
+    default = run_token({"JWT_SECRET": secret}, "--client-id", "7", "--user-id", "u-1")
+    permissions = TokenVerifier(secret=secret).verify(default.stdout.strip()).permissions
+    assert permissions == {Permission.CONTACT_IMPORT_CREATE}
+
+
+def test_token_command_without_a_secret_says_so() -> None:
+    done = run_token({}, "--client-id", "7", "--user-id", "u-1")
+    assert done.returncode != 0
+    assert done.stdout == ""
+    assert "JWT_SECRET is not set" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_token_command_signs_rs256_with_a_private_key_file(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = tmp_path / "key.pem"
+    pem.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    done = run_token({}, "--client-id", "8", "--user-id", "u-2", "--private-key", str(pem))
+    assert done.returncode == 0, done.stderr
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    principal = TokenVerifier(public_key_pem=public.decode()).verify(done.stdout.strip())
+    assert (principal.user_id, principal.client_id) == ("u-2", 8)
+    pem.write_text("not a key")
+    refused = run_token({}, "--client-id", "8", "--user-id", "u-2", "--private-key", str(pem))
+    assert refused.returncode == 2
+    assert "private key" in refused.stderr
+    assert "Traceback" not in refused.stderr
