@@ -1,10 +1,10 @@
 """The merge decision of one batch: a pure function from (rows, stored state) to writes.
 
 A batch holds the rows of one key partition of one chunk, in file order. Given the stored state
-of the keys it touches (read under row locks in the same transaction), :func:`plan_batch`
-decides exactly which rows to insert and which values to change, so the database only does the
-work that changes something: new contacts and their channels and custom values are COPY'd;
-stored contacts get their changed name/address and upserts of their channels and custom values.
+of the keys it touches (read in the same transaction), :func:`plan_batch` decides exactly which
+rows to insert and which values to change, so the database only does the work that changes
+something: new contacts, new channels and new custom values are COPY'd (plain inserts, no
+conflict arbitration); stored contacts get only their changed name/address and custom values.
 """
 
 from __future__ import annotations
@@ -17,11 +17,14 @@ from importer.models import Channel, ConflictStrategy, ContactRow, Detail
 
 @dataclass(frozen=True, slots=True)
 class StoredContact:
-    """A live contact as it is in the database."""
+    """A live contact as it is in the database: its live channels and the custom values of the
+    fields the import knows (by lower-case name)."""
 
     id: int
     name: str | None
     street_address: str | None
+    details: frozenset[tuple[int, str]] = frozenset()  # (channel, value)
+    custom_fields: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -42,8 +45,10 @@ class BatchPlan:
     new_contacts: list[MergedContact] = field(default_factory=list)
     # (id, name, street_address); a None value leaves the stored one (an empty never erases)
     contact_updates: list[tuple[int, str | None, str | None]] = field(default_factory=list)
-    detail_upserts: list[tuple[int, Detail]] = field(default_factory=list)  # stored contacts'
-    custom_upserts: list[tuple[int, str, str]] = field(default_factory=list)  # (id, name, value)
+    # Stored contacts' channels they do not have yet, and custom values: (contact id, ...)
+    detail_inserts: list[tuple[int, Detail]] = field(default_factory=list)
+    custom_inserts: list[tuple[int, str, str]] = field(default_factory=list)  # (id, name, value)
+    custom_updates: list[tuple[int, str, str]] = field(default_factory=list)  # changed values
 
     @property
     def new_keys(self) -> int:
@@ -94,19 +99,24 @@ def plan_batch(
 
 
 def _plan_merge(plan: BatchPlan, contact: StoredContact, merged: MergedContact) -> None:
-    """MERGE into a stored contact: a non-empty value wins, an empty one never erases.
-
-    Name and address are compared here (the lookup returned them); channels and custom values
-    are upserts the database resolves against its unique indexes: a stored channel stays, a new
-    one is added, a custom value is replaced only when it differs.
-    """
+    """MERGE into a stored contact: a non-empty value wins, an empty one never erases; a channel
+    it lacks is added; a custom value is inserted, or updated when it differs."""
     name_changes = merged.name is not None and merged.name != contact.name
     address_changes = (
         merged.street_address is not None and merged.street_address != contact.street_address
     )
     if name_changes or address_changes:  # None in an update means "leave the stored value"
         plan.contact_updates.append((contact.id, merged.name, merged.street_address))
-    plan.detail_upserts.extend((contact.id, detail) for detail in merged.details.values())
-    plan.custom_upserts.extend(
-        (contact.id, field_name, value) for field_name, value in merged.custom_fields.values()
+    stored_details = contact.details
+    plan.detail_inserts.extend(
+        (contact.id, detail)
+        for channel_value, detail in merged.details.items()
+        if channel_value not in stored_details
     )
+    stored_values = contact.custom_fields
+    for lower, (field_name, value) in merged.custom_fields.items():
+        stored = stored_values.get(lower)
+        if stored is None:
+            plan.custom_inserts.append((contact.id, field_name, value))
+        elif stored != value:
+            plan.custom_updates.append((contact.id, field_name, value))

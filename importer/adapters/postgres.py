@@ -309,27 +309,49 @@ class PostgresStore:
             raise BatchAlreadyAppliedError()
 
     async def _write_rows(self, conn: Conn, job: Job, rows: Sequence[ContactRow]) -> int:
-        """Decide the batch's writes from the locked stored state, then make only those."""
+        """Decide the batch's writes from the stored state, then make only those."""
         folded = merge.fold_rows(rows, job.strategy)
-        keys = sorted(folded)
-        stored = {
-            r["cpf_cnpj"]: merge.StoredContact(r["id"], r["name"], r["street_address"])
-            for r in await conn.fetch(self._q["find_contacts"], job.client_id, keys)
-        }
+        stored = await self._stored_contacts(conn, job, sorted(folded))
         plan = merge.plan_batch(folded, job.strategy, stored)
         await self._write_plan(conn, job, plan)
         return plan.new_keys
 
+    async def _stored_contacts(
+        self, conn: Conn, job: Job, keys: list[str]
+    ) -> dict[str, merge.StoredContact]:
+        client = job.client_id
+        names = {i: lower for (c, lower), i in self._field_ids.items() if c == client}
+        stored = {}
+        for r in await conn.fetch(self._q["find_contacts"], client, keys, list(names)):
+            channels, values = r["channels"], r["detail_values"]
+            field_ids, field_values = r["field_ids"], r["field_values"]
+            stored[r["cpf_cnpj"]] = merge.StoredContact(
+                r["id"],
+                r["name"],
+                r["street_address"],
+                frozenset(zip(channels, values, strict=True)) if channels else frozenset(),
+                {names[i]: v for i, v in zip(field_ids, field_values, strict=True)}
+                if field_ids
+                else {},
+            )
+        return stored
+
     async def _write_plan(self, conn: Conn, job: Job, plan: merge.BatchPlan) -> None:
-        """COPY the new contacts with their channels and custom values; then update and upsert
-        what MERGE brings to stored contacts."""
-        client, field_ids = job.client_id, self._field_ids
+        """COPY the new contacts, channels and custom values; then update what MERGE changes in
+        stored contacts."""
+        client, job_id, field_ids = job.client_id, job.id, self._field_ids
         contact_rows: list[tuple[Any, ...]] = []
-        detail_rows: list[tuple[Any, ...]] = []
-        custom_rows: list[tuple[Any, ...]] = []
+        detail_rows: list[tuple[Any, ...]] = [
+            (cid, client, d.channel, d.value, d.country_code, d.country)
+            for cid, d in plan.detail_inserts
+        ]
+        custom_rows: list[tuple[Any, ...]] = [
+            (cid, client, field_ids[(client, name.lower())], value)
+            for cid, name, value in plan.custom_inserts
+        ]
         ids = await self._contact_ids(conn, len(plan.new_contacts))
         for contact_id, c in zip(ids, plan.new_contacts, strict=True):
-            contact_rows.append((contact_id, client, c.key, c.name, c.street_address, job.id))
+            contact_rows.append((contact_id, client, c.key, c.name, c.street_address, job_id))
             detail_rows.extend(
                 (contact_id, client, d.channel, d.value, d.country_code, d.country)
                 for d in c.details.values()
@@ -345,28 +367,20 @@ class PostgresStore:
         ):
             if rows:
                 await conn.copy_records_to_table(table, records=rows, columns=columns)
-        await self._merge_stored(conn, client, plan)
+        await self._update_stored(conn, client, plan)
 
-    async def _merge_stored(self, conn: Conn, client: int, plan: merge.BatchPlan) -> None:
+    async def _update_stored(self, conn: Conn, client: int, plan: merge.BatchPlan) -> None:
         if plan.contact_updates:
             ids, names, addresses = zip(*plan.contact_updates, strict=True)
             await conn.execute(self._q["update_contacts"], ids, names, addresses)
-        if plan.detail_upserts:
-            rows = sorted(
-                (cid, int(d.channel), d.value, d.country_code, d.country)
-                for cid, d in plan.detail_upserts
-            )
-            await conn.execute(
-                self._q["upsert_details"], client, *map(list, zip(*rows, strict=True))
-            )
-        if plan.custom_upserts:
+        if plan.custom_updates:
             field_ids = self._field_ids
-            values = sorted(
+            values = sorted(  # one lock order for every writer
                 (cid, field_ids[(client, name.lower())], value)
-                for cid, name, value in plan.custom_upserts
+                for cid, name, value in plan.custom_updates
             )
             await conn.execute(
-                self._q["upsert_custom_values"], client, *map(list, zip(*values, strict=True))
+                self._q["update_custom_values"], *map(list, zip(*values, strict=True))
             )
 
     async def _contact_ids(self, conn: Conn, count: int) -> list[int]:

@@ -11,22 +11,35 @@ ON CONFLICT (job_id, chunk_no, partition) DO NOTHING
 RETURNING 1;
 
 -- name: find_contacts
--- The batch's stored contacts. Not locked: every write the batch makes is either an insert that
--- a unique index guards (a concurrent import's new key or value makes it fail and retry) or an
--- update to the file's own values, so the result is that of some serial order per key.
+-- The batch's stored contacts, with their live channels and their values of the import's custom
+-- fields ($3). Not locked: every write the batch makes is either an insert that a unique index
+-- guards (a concurrent import's new key, channel or value makes it fail and retry, and the retry
+-- reads it) or an update to the file's own values, so the result is that of some serial order
+-- per key.
 -- One index probe per key, whatever the statistics say: the LIMIT inside LATERAL rules out a
 -- plan that scans the client's whole index and filters the keys.
-SELECT c.id, c.cpf_cnpj, c.name, c.street_address
+SELECT c.id, c.cpf_cnpj, c.name, c.street_address,
+       d.channels, d.detail_values, f.field_ids, f.field_values
 FROM unnest($2::text[]) AS k (cpf_cnpj)
 CROSS JOIN LATERAL (
     SELECT id, cpf_cnpj, name, street_address FROM contact
     WHERE client_id = $1 AND cpf_cnpj = k.cpf_cnpj AND deleted_at IS NULL
     LIMIT 1
-) AS c;
+) AS c
+CROSS JOIN LATERAL (
+    SELECT array_agg(channel_id) AS channels, array_agg(value) AS detail_values
+    FROM contact_details WHERE contact_id = c.id AND deleted_at IS NULL
+) AS d
+CROSS JOIN LATERAL (
+    SELECT array_agg(custom_field_id) AS field_ids, array_agg(value) AS field_values
+    FROM contact_custom_fields WHERE contact_id = c.id AND custom_field_id = ANY($3::int[])
+) AS f;
 
 -- name: analyze_contacts
 -- Run by the importer as its inserts outgrow the statistics (autovacuum may be off or late).
-ANALYZE contact, contact_details, contact_custom_fields;
+-- Only `contact` is planned against (key lookups, updates by id); the other tables are reached
+-- through their unique indexes, whatever their statistics say.
+ANALYZE contact;
 
 -- name: next_contact_ids
 -- A constant regclass: pg_get_serial_sequence() here would run its catalog lookup per row.
@@ -41,21 +54,12 @@ SET name = coalesce(u.name, c.name),
 FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u (id, name, street_address)
 WHERE c.id = u.id;
 
--- name: upsert_details
--- MERGE's channel union for stored contacts: the unique index keeps what is already there.
-INSERT INTO contact_details (contact_id, client_id, channel_id, value, country_code, country)
-SELECT u.contact_id, $1, u.channel_id, u.value, u.country_code, u.country
-FROM unnest($2::bigint[], $3::smallint[], $4::text[], $5::int[], $6::text[])
-     AS u (contact_id, channel_id, value, country_code, country)
-ON CONFLICT (contact_id, channel_id, value) WHERE deleted_at IS NULL DO NOTHING;
-
--- name: upsert_custom_values
--- MERGE's custom values for stored contacts: the file's non-empty value wins when it differs.
-INSERT INTO contact_custom_fields AS f (contact_id, client_id, custom_field_id, value)
-SELECT u.contact_id, $1, u.custom_field_id, u.value
-FROM unnest($2::bigint[], $3::int[], $4::text[]) AS u (contact_id, custom_field_id, value)
-ON CONFLICT ON CONSTRAINT contact_custom_fields_contact_field_key
-DO UPDATE SET value = EXCLUDED.value WHERE f.value IS DISTINCT FROM EXCLUDED.value;
+-- name: update_custom_values
+-- MERGE's changed custom values of stored contacts (the new ones are COPY'd).
+UPDATE contact_custom_fields f
+SET value = u.value
+FROM unnest($1::bigint[], $2::int[], $3::text[]) AS u (contact_id, custom_field_id, value)
+WHERE f.contact_id = u.contact_id AND f.custom_field_id = u.custom_field_id;
 
 -- name: create_custom_fields
 -- Creates the client's missing fields; returns the new ones only.

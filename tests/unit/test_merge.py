@@ -25,7 +25,7 @@ class PlannedStore:
 
     def apply(self, batch: list[ContactRow], strategy: ConflictStrategy) -> int:
         folded = merge.fold_rows(batch, strategy)
-        stored = {k: self.contacts[k] for k in folded if k in self.contacts}
+        stored = {k: self._stored(k) for k in folded if k in self.contacts}
         plan = merge.plan_batch(folded, strategy, stored)
         for c in plan.new_contacts:
             contact = merge.StoredContact(next(self.ids), c.name, c.street_address)
@@ -40,11 +40,23 @@ class PlannedStore:
                 old.name if name is None else name,
                 old.street_address if address is None else address,
             )
-        for cid, d in plan.detail_upserts:  # ON CONFLICT DO NOTHING
+        for cid, d in plan.detail_inserts:  # a plain insert: the unique index would refuse a repeat
+            assert (d.channel, d.value) not in self.details[cid]
             self.details[cid].add((d.channel, d.value))
-        for cid, name, value in plan.custom_upserts:  # ON CONFLICT DO UPDATE
+        for cid, name, value in plan.custom_inserts:
+            assert (cid, name.lower()) not in self.custom
+            self.custom[(cid, name.lower())] = value
+        for cid, name, value in plan.custom_updates:  # only values that change
+            assert self.custom[(cid, name.lower())] != value
             self.custom[(cid, name.lower())] = value
         return plan.new_keys
+
+    def _stored(self, key: str) -> merge.StoredContact:
+        c = self.contacts[key]
+        custom = {f: v for (cid, f), v in self.custom.items() if cid == c.id}
+        return merge.StoredContact(
+            c.id, c.name, c.street_address, frozenset(self.details[c.id]), custom
+        )
 
     def state(self) -> dict[str, ContactState]:
         out = {}
