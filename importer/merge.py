@@ -59,14 +59,26 @@ def fold_rows(rows: Sequence[ContactRow], strategy: ConflictStrategy) -> dict[st
     """Fold each key's rows in file order: MERGE keeps the last non-empty values and the union of
     channels; DISCARD keeps the key's first row only."""
     folded: dict[str, MergedContact] = {}
+    merge_repeats = strategy is ConflictStrategy.MERGE
     for row in rows:
         merged = folded.get(row.cpf_cnpj)
         if merged is None:
-            merged = folded[row.cpf_cnpj] = MergedContact(row.cpf_cnpj)
-        elif strategy is ConflictStrategy.DISCARD:
-            continue
-        _fold(merged, row)
+            folded[row.cpf_cnpj] = _first(row)
+        elif merge_repeats:
+            _fold(merged, row)
     return folded
+
+
+def _first(row: ContactRow) -> MergedContact:
+    """A key's first row, folded into nothing. (Two details of one row with the same channel and
+    value are equal: either one may stand for both.)"""
+    return MergedContact(
+        row.cpf_cnpj,
+        row.name,
+        row.street_address,
+        {(d.channel, d.value): d for d in row.details},
+        {name.lower(): (name, value) for name, value in row.custom_fields},
+    )
 
 
 def _fold(merged: MergedContact, row: ContactRow) -> None:

@@ -316,11 +316,15 @@ class PostgresStore:
         await self._write_plan(conn, job, plan)
         return plan.new_keys
 
+    def _client_field_ids(self, client: int) -> dict[str, int]:
+        """The client's known custom fields: lower-case name → id."""
+        return {lower: i for (c, lower), i in self._field_ids.items() if c == client}
+
     async def _stored_contacts(
         self, conn: Conn, job: Job, keys: list[str]
     ) -> dict[str, merge.StoredContact]:
+        names = {i: lower for lower, i in self._client_field_ids(job.client_id).items()}
         client = job.client_id
-        names = {i: lower for (c, lower), i in self._field_ids.items() if c == client}
         stored = {}
         for r in await conn.fetch(self._q["find_contacts"], client, keys, list(names)):
             channels, values = r["channels"], r["detail_values"]
@@ -339,27 +343,28 @@ class PostgresStore:
     async def _write_plan(self, conn: Conn, job: Job, plan: merge.BatchPlan) -> None:
         """COPY the new contacts, channels and custom values; then update what MERGE changes in
         stored contacts."""
-        client, job_id, field_ids = job.client_id, job.id, self._field_ids
+        client, job_id = job.client_id, job.id
+        field_ids = self._client_field_ids(client)
         contact_rows: list[tuple[Any, ...]] = []
         detail_rows: list[tuple[Any, ...]] = [
             (cid, client, d.channel, d.value, d.country_code, d.country)
             for cid, d in plan.detail_inserts
         ]
         custom_rows: list[tuple[Any, ...]] = [
-            (cid, client, field_ids[(client, name.lower())], value)
+            (cid, client, field_ids[name.lower()], value)
             for cid, name, value in plan.custom_inserts
         ]
         ids = await self._contact_ids(conn, len(plan.new_contacts))
         for contact_id, c in zip(ids, plan.new_contacts, strict=True):
             contact_rows.append((contact_id, client, c.key, c.name, c.street_address, job_id))
-            detail_rows.extend(
+            detail_rows += [
                 (contact_id, client, d.channel, d.value, d.country_code, d.country)
                 for d in c.details.values()
-            )
-            custom_rows.extend(
-                (contact_id, client, field_ids[(client, lower)], value)
+            ]
+            custom_rows += [
+                (contact_id, client, field_ids[lower], value)
                 for lower, (_, value) in c.custom_fields.items()
-            )
+            ]
         for table, rows, columns in (
             ("contact", contact_rows, _CONTACT),
             ("contact_details", detail_rows, _DETAIL),
@@ -374,10 +379,9 @@ class PostgresStore:
             ids, names, addresses = zip(*plan.contact_updates, strict=True)
             await conn.execute(self._q["update_contacts"], ids, names, addresses)
         if plan.custom_updates:
-            field_ids = self._field_ids
+            field_ids = self._client_field_ids(client)
             values = sorted(  # one lock order for every writer
-                (cid, field_ids[(client, name.lower())], value)
-                for cid, name, value in plan.custom_updates
+                (cid, field_ids[name.lower()], value) for cid, name, value in plan.custom_updates
             )
             await conn.execute(
                 self._q["update_custom_values"], *map(list, zip(*values, strict=True))
