@@ -68,6 +68,10 @@ class ChecksumMismatchError(StorageError):
     """The object's size or sha256 differs from the values sealed on the import."""
 
 
+class InvalidObjectKeyError(StorageError):
+    """The object key is empty, too long, absolute, or has a NUL or a '.', '..' or empty segment."""
+
+
 # --- authentication ---------------------------------------------------------------------------
 
 

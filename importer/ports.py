@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from importer.exceptions import ChecksumMismatchError, InvalidObjectKeyError
 from importer.models import Batch, Counters, Job, JobStatus, RowIssue
 
 
@@ -82,3 +83,105 @@ class Progress(Protocol):
     def on_start(self, bytes_total: int | None) -> None: ...
 
     def on_batch(self, counters: Counters, bytes_read: int) -> None: ...
+
+
+# --- object storage ---------------------------------------------------------------------------
+
+# S3's limit on a key's UTF-8 length; the local store keeps the same rule, so a key that works
+# on disk works on S3.
+MAX_KEY_BYTES = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    """An object as stored: its key, its size in bytes and the sha256 of its bytes (hex)."""
+
+    key: str
+    size: int
+    sha256: str
+
+
+class ObjectStore(Protocol):
+    """Uploaded import files: S3, or a local directory. Every key passes :func:`check_key`."""
+
+    async def put_stream(
+        self, key: str, chunks: AsyncIterator[bytes], max_bytes: int
+    ) -> StoredObject:
+        """Store the stream, hashing it on the way; all or nothing.
+
+        Past ``max_bytes`` it raises :class:`ObjectTooLargeError` and leaves no object (and, on
+        S3, no pending multipart upload) behind; so does any other failure.
+        """
+        ...
+
+    async def stat(self, key: str) -> StoredObject:
+        """The object's size and sha256, computed by reading it."""
+        ...
+
+    async def verify(self, key: str, size: int, sha256: str) -> str:
+        """Hash the stored bytes against the sealed values; return a token pinning them.
+
+        Raises :class:`ChecksumMismatchError` when they differ. The token (S3: the ETag; local:
+        inode, size and mtime) makes :meth:`blocks` refuse any other bytes under the same key.
+        """
+        ...
+
+    def blocks(
+        self, key: str, block_size: int, *, pinned: str | None = None, start: int = 0
+    ) -> AsyncIterator[bytes]:
+        """Stream the object from ``start`` in blocks of ``block_size`` (the last may be shorter).
+
+        With ``pinned``, an object replaced since :meth:`verify` raises
+        :class:`ChecksumMismatchError` instead of feeding different bytes.
+        """
+        ...
+
+    async def presign_put(self, key: str, expires_s: int) -> str | None:
+        """A URL a client can PUT the file to directly, or None (the API then offers a route)."""
+        ...
+
+    async def delete(self, key: str) -> None:
+        """Remove the object; a missing one is not an error."""
+        ...
+
+    async def ensure_bucket(self) -> None:
+        """Create the bucket (or directory) if it is missing."""
+        ...
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` is not a safe object key, or None when it is.
+
+    One rule for both stores: relative, '/'-separated segments, none of them empty, '.' or '..',
+    no NUL, at most ``MAX_KEY_BYTES`` of UTF-8. So no key can leave the local store's directory,
+    and a key accepted on disk is accepted by S3.
+    """
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "is not valid UTF-8"
+    problems = (
+        (size == 0, "is empty"),
+        (size > MAX_KEY_BYTES, f"is longer than {MAX_KEY_BYTES} bytes"),
+        ("\x00" in key, "contains NUL"),
+        (key.startswith("/"), "is absolute"),
+        (any(s in ("", ".", "..") for s in key.split("/")), "has an empty, '.' or '..' segment"),
+    )
+    return next((why for found, why in problems if found), None)
+
+
+def check_key(key: str) -> str:
+    """``key`` itself when it is safe (see :func:`key_problem`); else InvalidObjectKeyError."""
+    problem = key_problem(key)
+    if problem is not None:
+        raise InvalidObjectKeyError(f"object key {key[:80]!r} {problem}")
+    return key
+
+
+def check_sealed(found: StoredObject, size: int, sha256: str) -> None:
+    """Raise ChecksumMismatchError unless the stored bytes are the sealed ones."""
+    if found.size != size or found.sha256 != sha256.lower():
+        raise ChecksumMismatchError(
+            f"object {found.key!r} has {found.size} bytes, sha256 {found.sha256};"
+            f" sealed: {size} bytes, sha256 {sha256}"
+        )

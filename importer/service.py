@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import structlog
 
-from importer.models import ConflictStrategy, Counters, InputFormat, JobStatus
+from importer.exceptions import ChecksumMismatchError, FileRejectedError, ObjectNotFoundError
+from importer.models import ConflictStrategy, Counters, InputFormat, JobStatus, Reason
 from importer.pipeline import ImportRun, PipelineConfig
-from importer.ports import NewJob, Progress, Source, Store
+from importer.ports import NewJob, ObjectStore, Progress, Source, Store
 from importer.settings import Settings
 from importer.validate import Layout
 
@@ -42,6 +44,52 @@ class ImportOutcome:
     @property
     def succeeded(self) -> bool:
         return self.status in (JobStatus.COMPLETED, JobStatus.COMPLETED_WITH_PLACEHOLDERS)
+
+
+class ObjectSource:
+    """A stored upload as the pipeline's :class:`Source`, pinned to the bytes that were verified.
+
+    Storage failures no retry can mend become file rejections, so the job ends ``failed`` with a
+    reason: an object replaced since it was verified is a checksum mismatch, a vanished one is
+    unreadable. Other storage errors (the service unreachable) propagate and stop the run
+    unfinalized; the ledger lets a later run of the job skip the batches already applied.
+    """
+
+    def __init__(
+        self,
+        objects: ObjectStore,
+        key: str,
+        *,
+        size: int | None,
+        pinned: str | None,
+        name: str | None = None,
+    ) -> None:
+        self._objects = objects
+        self.key = key
+        self.name = name or key.rpartition("/")[2]  # the pipeline spots ``.gz`` by name
+        self.size = size
+        self.pinned = pinned
+
+    @classmethod
+    async def verified(
+        cls, objects: ObjectStore, key: str, size: int, sha256: str, name: str | None = None
+    ) -> ObjectSource:
+        """Check the stored bytes against the sealed size and sha256, and pin them.
+
+        Raises the store's ChecksumMismatchError or ObjectNotFoundError: no job exists yet, so
+        the caller (the API) answers the client itself.
+        """
+        pinned = await objects.verify(key, size, sha256)
+        return cls(objects, key, size=size, pinned=pinned, name=name)
+
+    async def blocks(self, block_size: int) -> AsyncIterator[bytes]:
+        try:
+            async for block in self._objects.blocks(self.key, block_size, pinned=self.pinned):
+                yield block
+        except ChecksumMismatchError as exc:
+            raise FileRejectedError(Reason.CHECKSUM_MISMATCH, str(exc)) from exc
+        except ObjectNotFoundError as exc:
+            raise FileRejectedError(Reason.SOURCE_UNREADABLE, str(exc)) from exc
 
 
 def format_for(name: str) -> InputFormat:

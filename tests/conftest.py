@@ -1,15 +1,22 @@
-"""Shared fixtures: a real PostgreSQL with one template database per session.
+"""Shared fixtures: a real PostgreSQL with one template database per session, and moto's S3.
 
 Each test that needs a database gets a fresh copy of the migrated template
-(``CREATE DATABASE … TEMPLATE``), as procrastinate's tests do.
+(``CREATE DATABASE … TEMPLATE``), as procrastinate's tests do. Tests of the S3 store talk to
+moto's server, started once per session on a free loopback port.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -59,3 +66,60 @@ _client_ids = itertools.count(1000)
 def client_ids() -> Iterator[int]:
     """Fresh tenant ids: tests that share a database never share a tenant."""
     return _client_ids
+
+
+# --- object storage: moto's S3 server ---------------------------------------------------------
+
+MOTO_SERVER = Path(sys.executable).with_name("moto_server")
+_MOTO_START_TIMEOUT_S = 30.0
+
+
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _answers(endpoint: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def _wait_until_answers(endpoint: str, server: subprocess.Popen[bytes], log: Path) -> None:
+    """Poll moto's own API until it answers (readiness has no event to await)."""
+    deadline = time.monotonic() + _MOTO_START_TIMEOUT_S
+    while not _answers(endpoint):
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            pytest.fail(f"moto_server did not start:\n{log.read_text(errors='replace')}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An S3 endpoint: S3_TEST_ENDPOINT_URL if set, else moto's server on a free loopback port,
+    started for this session and stopped at its end."""
+    configured = os.environ.get("S3_TEST_ENDPOINT_URL")
+    if configured:
+        yield configured.rstrip("/")
+        return
+    port = _free_loopback_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("moto") / "moto_server.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            [str(MOTO_SERVER), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out
+        )
+    try:
+        _wait_until_answers(endpoint, server, log)
+        yield endpoint
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
