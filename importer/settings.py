@@ -73,6 +73,7 @@ class Settings:
             database_url=environ.get("DATABASE_URL", DEFAULT_DATABASE_URL),
             chunk_size=_int(environ, "IMPORTER_CHUNK_SIZE", DEFAULT_CHUNK_SIZE),
             concurrency=_int(environ, "IMPORTER_CONCURRENCY", DEFAULT_CONCURRENCY),
+            queue_depth=_int(environ, "IMPORTER_QUEUE_DEPTH", DEFAULT_QUEUE_DEPTH),
             log_format=environ.get("IMPORTER_LOG_FORMAT", "console"),
             log_level=environ.get("IMPORTER_LOG_LEVEL", "warning"),
             limits=limits,
