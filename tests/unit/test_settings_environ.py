@@ -1,0 +1,45 @@
+"""Settings come from an injected mapping; unset or empty variables keep their defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from importer.exceptions import ConfigurationError
+from importer.settings import DEFAULT_DATABASE_URL, Settings
+
+
+def test_an_empty_environment_gives_the_local_defaults() -> None:
+    settings = Settings.from_environ({})
+    assert settings == Settings()
+    assert settings.database_url == DEFAULT_DATABASE_URL
+    assert settings.s3_endpoint_url is None  # the local directory store
+
+
+def test_variables_override_the_defaults() -> None:
+    settings = Settings.from_environ(
+        {
+            "DATABASE_URL": "postgresql://u@db:5432/x",
+            "IMPORTER_CHUNK_SIZE": "1",
+            "IMPORTER_CONCURRENCY": "6",
+            "IMPORTER_QUEUE_DEPTH": "3",
+            "IMPORTER_MAX_VALUE_CHARS": "10",
+            "S3_ENDPOINT_URL": "http://127.0.0.1:9000",
+            "IMPORTER_BUCKET": "b",
+        }
+    )
+    assert settings.database_url == "postgresql://u@db:5432/x"
+    assert (settings.chunk_size, settings.concurrency, settings.queue_depth) == (1, 6, 3)
+    assert settings.limits.max_value_chars == 10
+    assert (settings.s3_endpoint_url, settings.bucket) == ("http://127.0.0.1:9000", "b")
+
+
+def test_an_empty_value_is_unset() -> None:
+    settings = Settings.from_environ({"IMPORTER_CHUNK_SIZE": "", "S3_ENDPOINT_URL": ""})
+    assert settings.chunk_size == Settings().chunk_size
+    assert settings.s3_endpoint_url is None
+
+
+@pytest.mark.parametrize("raw", ["abc", "1.5", "0", "-3"])
+def test_a_bad_integer_is_a_configuration_error_naming_the_variable(raw: str) -> None:
+    with pytest.raises(ConfigurationError, match="IMPORTER_QUEUE_DEPTH"):
+        Settings.from_environ({"IMPORTER_QUEUE_DEPTH": raw})
