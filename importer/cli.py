@@ -64,6 +64,16 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     )
     imp.add_argument("--json", action="store_true", help="one JSON object on stdout")
     _add_token_parser(commands)
+    _add_serve_parser(commands)
+    worker = commands.add_parser(
+        "worker", help="run queued imports until SIGTERM or SIGINT (drains, releases leases)"
+    )
+    worker.add_argument(
+        "--workers",
+        type=_positive,
+        default=settings.workers_per_process,
+        help="imports run at once by this process (default: IMPORTER_WORKERS, 1)",
+    )
     return parser
 
 
@@ -95,6 +105,12 @@ def _add_token_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     )
     token.add_argument("--ttl", type=_positive, default=DEFAULT_TTL_S, help="seconds")
     token.add_argument("--private-key", type=Path, help="PEM RSA private key: sign with RS256")
+
+
+def _add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser("serve", help="the HTTP API and the job workers (uvicorn, uvloop)")
+    serve.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1")
+    serve.add_argument("--port", type=_positive, default=8000, help="default 8000")
 
 
 class TerminalProgress:
@@ -237,6 +253,13 @@ def _token(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _worker(settings: Settings, args: argparse.Namespace) -> int:
+    """Run imports queued through the API until SIGTERM or SIGINT; 0 once drained."""
+    _tune_gc()
+    uvloop.run(runtime.run_workers(settings, args.workers))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings.from_environ(os.environ)
     args = build_parser(settings).parse_args(argv)
@@ -246,8 +269,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             uvloop.run(runtime.run_migrate(settings))
             print("schema applied", file=sys.stderr)
             return 0
-        if args.command == "token":
-            return _token(settings, args)
+        if args.command in ("token", "worker"):
+            return _token(settings, args) if args.command == "token" else _worker(settings, args)
+        if args.command == "serve":
+            from importer.server import run_server  # FastAPI and uvicorn load only to serve
+
+            return run_server(settings, args.host, args.port)
         return _import(settings, args)
     except ImporterError as exc:
         print(f"importer: {exc}", file=sys.stderr)

@@ -49,6 +49,21 @@ class BatchAlreadyAppliedError(ImporterError):
     """This chunk was already applied: the repeat is a no-op."""
 
 
+# --- jobs -------------------------------------------------------------------------------------
+
+
+class ImportAlreadyAppliedError(ImporterError):
+    """The import has already started or finished: it cannot be applied again."""
+
+
+class JobNotReadyError(ImporterError):
+    """The import's file has not been uploaded yet."""
+
+
+class LeaseLostError(ImporterError):
+    """Another worker took over this import."""
+
+
 # --- object storage ---------------------------------------------------------------------------
 
 
@@ -81,3 +96,30 @@ class AuthenticationError(ImporterError):
 
 class PermissionDeniedError(ImporterError):
     """The token does not grant the permission this operation needs."""
+
+
+# --- http -------------------------------------------------------------------------------------
+
+
+class InvalidRequestError(ImporterError):
+    """The request is invalid."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{field}: {message}" for field, message in problems))
+        self.problems = problems  # (field, message), the API's 400 list
+
+
+class LayoutNotFoundError(ImporterError):
+    """The layout does not exist."""
+
+
+class UploadMissingError(ImporterError):
+    """The file has not been uploaded yet: PUT it to the upload URL first."""
+
+
+class RequestTooLargeError(ImporterError):
+    """The request body is larger than the configured limit."""
+
+
+class UnsupportedMediaTypeError(ImporterError):
+    """The request's Content-Type is not accepted here."""

@@ -193,6 +193,15 @@ class Job:
     user_id: str | None = None
     fail_reason: str | None = None
     counters: Counters = field(default_factory=Counters)
+    source_size: int | None = None  # sealed size and sha256 of the stored upload
+    source_sha256: str | None = None
+    filename: str | None = None  # the name the user gave the file (``.gz`` is spotted by it)
+    layout: dict[str, object] | None = None  # the stored layout document (parse_layout)
+    has_internationalization: bool = False
+    # The worker holding the job's lease (None for an in-process run, the CLI's): every write
+    # of its run is fenced by it.
+    lease_owner: str | None = None
+    cancel_requested: bool = False
 
 
 @dataclass(frozen=True, slots=True)

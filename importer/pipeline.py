@@ -339,9 +339,16 @@ class ImportRun:
         ]
 
     async def run(self) -> Finalized | None:
-        """Run to the end: the finalization's result, or None when stopped before the end."""
+        """Run to the end: the finalization's result, or None when stopped before the end.
+
+        A job a worker leased (``job.lease_owner``) is fenced: every status change and batch
+        commits only while that worker holds the lease, else LeaseLostError stops the run. A
+        resumed job (another worker's run stopped in it) re-enters its status and skips the
+        batches its ledger marks done.
+        """
         store = self._store
-        await store.transition(self.job.id, JobStatus.NORMALIZING)
+        owner = self.job.lease_owner
+        await store.transition(self.job.id, lifecycle.entry_status(self.job.status), owner=owner)
         self._progress.on_start(self._source.size)
         done = await store.done_batches(self.job.id)
         await self._supervise(done)
@@ -353,10 +360,10 @@ class ImportRun:
                 reason=failure.reason.value,
                 detail=failure.detail,
             )
-            return await store.finalize(self.job.id, failure.reason.value)
+            return await store.finalize(self.job.id, failure.reason.value, owner=owner)
         if self.stop.is_set():
             return None
-        return await store.finalize(self.job.id, None)
+        return await store.finalize(self.job.id, None, owner=owner)
 
     async def _supervise(self, done: frozenset[tuple[int, int]]) -> None:
         """Run the reader and the consumers; if one dies, stop the others and re-raise."""
@@ -379,28 +386,35 @@ class ImportRun:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _read(self, done: frozenset[tuple[int, int]]) -> None:
-        """Stream the source; parse each block in a thread so consumers keep the loop."""
-        parser = BlockParser(self.job, self._source.name, self._config)
-        started = False
-        limit = self._config.limits.max_file_bytes
+        """Feed the consumers, then tell each that its partition ended (stopped or not)."""
         try:
-            async for block in self._source.blocks(self._config.read_block_bytes):
-                self.state.bytes_read += len(block)
-                _check_size(self.state.bytes_read, limit)
-                parser.push(block)
-                while (batches := await asyncio.to_thread(parser.pull)) is not None:
-                    started = await self._ensure_started(parser.chunker, started)
-                    await self._submit(batches, done)
-                if self.stop.is_set():
-                    return
-            batches = await asyncio.to_thread(parser.finish)
-            started = await self._ensure_started(parser.chunker, started)
-            await self._submit(batches, done)
+            await self._read_blocks(done)
         except FileRejectedError as exc:  # the reader's FileRejected included
             self.state.failure = exc
         # Not in a `finally`: a cancelled reader must not block on a dead consumer's full queue.
         for queue in self._queues:
             await queue.put(None)
+
+    async def _read_blocks(self, done: frozenset[tuple[int, int]]) -> None:
+        """Stream the source; parse each block in a thread so consumers keep the loop.
+
+        Returns early once ``stop`` is set: the batches not yet queued are left for a later run.
+        """
+        parser = BlockParser(self.job, self._source.name, self._config)
+        started = False
+        limit = self._config.limits.max_file_bytes
+        async for block in self._source.blocks(self._config.read_block_bytes):
+            self.state.bytes_read += len(block)
+            _check_size(self.state.bytes_read, limit)
+            parser.push(block)
+            while (batches := await asyncio.to_thread(parser.pull)) is not None:
+                started = await self._ensure_started(parser.chunker, started)
+                await self._submit(batches, done)
+            if self.stop.is_set():
+                return
+        batches = await asyncio.to_thread(parser.finish)
+        started = await self._ensure_started(parser.chunker, started)
+        await self._submit(batches, done)
 
     async def _ensure_started(self, chunker: Chunker, started: bool) -> bool:
         """Create new custom fields before any batch using them; enter ``importing`` once."""
@@ -410,12 +424,17 @@ class ImportRun:
             if created:
                 log.info("custom_fields_created", job_id=str(self.job.id), created=created)
         if not started and chunker.header_seen:
-            await self._store.transition(self.job.id, JobStatus.IMPORTING)
+            await self._store.transition(
+                self.job.id, JobStatus.IMPORTING, owner=self.job.lease_owner
+            )
             return True
         return started
 
     async def _submit(self, batches: list[Batch], done: frozenset[tuple[int, int]]) -> None:
+        """Queue the batches not done yet; once ``stop`` is set, no more (between chunks)."""
         for batch in batches:
+            if self.stop.is_set():
+                return
             if batch.key not in done:
                 await self._queues[batch.partition].put(batch)
 

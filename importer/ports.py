@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from importer.exceptions import ChecksumMismatchError, InvalidObjectKeyError
-from importer.models import Batch, Counters, Job, JobStatus, RowIssue
+from importer.models import (
+    Batch,
+    ConflictStrategy,
+    Counters,
+    InputFormat,
+    Job,
+    JobStatus,
+    RowIssue,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +37,59 @@ class NewJob:
     bytes_total: int | None = None
     journey_id: int | None = None
     auto_start_journey_mailing: bool | None = None
+    source_size: int | None = None  # sealed: the worker verifies the stored bytes against them
+    source_sha256: str | None = None
+    filename: str | None = None
+    has_sensitive_data: bool = False
+    has_underage_data: bool = False
+    data_processing_purpose: str | None = None
+    lgpd_processing_hypothesis: int | None = None
+    tags: Sequence[str] | None = None
+    kind: str = "contacts"
+    # The creating process runs the job itself (the CLI): no worker may ever claim it.
+    in_process: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """An import as the API shows it.
+
+    ``counters`` are the chunk ledger's sums while the job runs and the job row's once it is
+    terminal; ``rows_done`` is their ``rows_read`` and ``bytes_read`` the furthest offset a
+    done chunk reached.
+    """
+
+    id: uuid.UUID
+    client_id: int
+    user_id: str | None
+    status: JobStatus
+    conflict_strategy: ConflictStrategy
+    input_format: InputFormat
+    source: str  # the storage key
+    filename: str | None
+    source_size: int | None
+    source_sha256: str | None
+    counters: Counters
+    rows_done: int
+    bytes_read: int
+    bytes_total: int | None
+    fail_reason: str | None
+    cancel_requested: bool
+    journey_id: int | None
+    tags: tuple[str, ...] | None
+    last_operation_id: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseState:
+    """What renewing a lease found: still ours, and whether a cancel was requested."""
+
+    held: bool
+    cancel_requested: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +107,12 @@ class Store(Protocol):
 
     async def get_job(self, job_id: uuid.UUID) -> Job: ...
 
-    async def transition(self, job_id: uuid.UUID, target: JobStatus) -> None: ...
+    async def transition(
+        self, job_id: uuid.UUID, target: JobStatus, *, owner: str | None = None
+    ) -> None:
+        """Move the job through the one guarded statement; with ``owner``, only while its lease
+        is held (else :class:`LeaseLostError`)."""
+        ...
 
     async def ensure_custom_fields(self, job: Job, names: Sequence[str]) -> int:
         """Create the client's missing custom fields; return how many were new."""
@@ -61,11 +128,43 @@ class Store(Protocol):
         """Record a batch given up after all retries: its valid rows count as ``error``."""
         ...
 
-    async def finalize(self, job_id: uuid.UUID, fail_reason: str | None) -> Finalized | None:
-        """Move the job to its terminal status exactly once; None when another caller did."""
+    async def finalize(
+        self,
+        job_id: uuid.UUID,
+        fail_reason: str | None,
+        *,
+        cancelled: bool = False,
+        owner: str | None = None,
+    ) -> Finalized | None:
+        """Move the job to its terminal status exactly once; None when another caller did.
+
+        ``cancelled`` ends it ``cancelled`` (else ``failed`` with a reason, or completed). With
+        ``owner``, nothing is written unless that worker still holds the lease
+        (:class:`LeaseLostError`).
+        """
         ...
 
     def row_issues(self, job_id: uuid.UUID) -> AsyncIterator[RowIssue]: ...
+
+
+class JobQueue(Store, Protocol):
+    """The store as a worker sees it: jobs are claimed under a lease, renewed, released."""
+
+    async def claim_job(self, owner: str, lease_s: float, max_per_client: int) -> Job | None:
+        """Lease the oldest claimable job to ``owner``, or None; never the same job twice."""
+        ...
+
+    async def renew_lease(self, job_id: uuid.UUID, owner: str, lease_s: float) -> LeaseState:
+        """Extend the lease if ``owner`` still holds it."""
+        ...
+
+    async def release_lease(self, job_id: uuid.UUID, owner: str) -> None:
+        """Let another worker claim the job at once (if ``owner`` holds it)."""
+        ...
+
+    async def wait_for_jobs(self, timeout_s: float) -> None:
+        """Return when a job was queued, or after ``timeout_s``."""
+        ...
 
 
 class Source(Protocol):

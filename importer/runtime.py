@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
-from collections.abc import AsyncIterator
+import socket
+import uuid
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from importer.adapters.files import LocalFileSource
@@ -15,6 +18,7 @@ from importer.ports import ObjectStore, Progress
 from importer.report import write_csv_report
 from importer.service import ImportOutcome, ImportRequest, import_source
 from importer.settings import Settings
+from importer.worker import Worker
 
 
 @contextlib.asynccontextmanager
@@ -71,3 +75,43 @@ async def run_import(
         return outcome
     finally:
         await pool.close()
+
+
+def worker_owner(index: int) -> str:
+    """A lease owner unique to this worker: host, process, index, and a random part (a
+    container's pid is the same after every restart)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{index}:{uuid.uuid4().hex[:8]}"
+
+
+async def run_workers(settings: Settings, count: int) -> None:
+    """``importer worker``: ``count`` workers until SIGINT or SIGTERM, then drain and release.
+
+    The workers share one store (one LISTEN connection) and one pool sized for each running
+    one import at a time: a connection per partition, plus one for leases and status changes.
+    """
+    pool = await connect_pool(settings.database_url, count * (settings.concurrency + 1) + 1)
+    store = PostgresStore(pool, dsn=settings.database_url)
+    objects = object_store(settings)
+    try:
+        async with stop_on_signals() as stop:
+            workers = [
+                Worker(store, objects, settings, owner=worker_owner(i), stop=stop)
+                for i in range(count)
+            ]
+            await supervise_workers(workers, stop)
+    finally:
+        await store.close()
+        await pool.close()
+
+
+async def supervise_workers(workers: Sequence[Worker], stop: asyncio.Event) -> None:
+    """Run the workers as named tasks; if one dies, stop the others, drain, and re-raise."""
+    tasks = [asyncio.create_task(w.run(), name=f"worker:{w.owner}") for w in workers]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            if task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)

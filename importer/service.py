@@ -122,6 +122,7 @@ async def import_source(
         layout=request.layout_document,
         has_internationalization=request.international,
         bytes_total=source.size,
+        in_process=True,
     )
     job = await store.create_job(new_job, JobStatus.QUEUED)
     structlog.contextvars.bind_contextvars(job_id=str(job.id), client_id=job.client_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -19,6 +20,16 @@ DEFAULT_QUEUE_DEPTH = 2
 # Where uploaded files live when no S3 endpoint is configured.
 DEFAULT_STORAGE_DIR = "./var/objects"
 DEFAULT_BUCKET = "importer"
+# A worker's lease on a job: renewed every third of it; a dead worker's job is reclaimed after it.
+DEFAULT_LEASE_SECONDS = 30.0
+# Imports one client may run at once across all workers: one tenant cannot take every worker.
+DEFAULT_MAX_IMPORTS_PER_CLIENT = 2
+# An idle worker looks at the queue this often even without a notification.
+DEFAULT_WORKER_POLL_SECONDS = 5.0
+# Largest file an HTTP upload may carry (multipart or PUT); larger bodies get 413 unread.
+DEFAULT_MAX_UPLOAD_BYTES = 5 * 1024**3
+# The server's own address, for the upload URL it hands out when storage has no presigned PUT.
+DEFAULT_PUBLIC_URL = "http://127.0.0.1:8000"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +65,14 @@ class Settings:
     # Bearer tokens: HS256 with a shared secret, or RS256 with a PEM public key.
     jwt_secret: str | None = None
     jwt_public_key: str | None = None
+    # Workers (`importer worker`, `importer serve`).
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    max_imports_per_client: int = DEFAULT_MAX_IMPORTS_PER_CLIENT
+    worker_poll_seconds: float = DEFAULT_WORKER_POLL_SECONDS
+    # HTTP API (`importer serve`).
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    workers_per_process: int = 1
+    public_url: str = DEFAULT_PUBLIC_URL
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Settings:
@@ -85,6 +104,13 @@ class Settings:
             storage_dir=environ.get("IMPORTER_STORAGE_DIR") or DEFAULT_STORAGE_DIR,
             jwt_secret=environ.get("JWT_SECRET") or None,
             jwt_public_key=environ.get("JWT_PUBLIC_KEY") or None,
+            lease_seconds=_seconds(environ, "IMPORTER_LEASE_SECONDS", DEFAULT_LEASE_SECONDS),
+            max_imports_per_client=_int(
+                environ, "IMPORTER_MAX_IMPORTS_PER_CLIENT", DEFAULT_MAX_IMPORTS_PER_CLIENT
+            ),
+            max_upload_bytes=_int(environ, "IMPORTER_MAX_UPLOAD_BYTES", DEFAULT_MAX_UPLOAD_BYTES),
+            workers_per_process=_int(environ, "IMPORTER_WORKERS", 1),
+            public_url=(environ.get("IMPORTER_PUBLIC_URL") or DEFAULT_PUBLIC_URL).rstrip("/"),
         )
 
 
@@ -101,4 +127,17 @@ def _int(environ: Mapping[str, str], name: str, default: int) -> int:
         raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
     if value < 1:
         raise ConfigurationError(f"{name} must be at least 1, got {value}")
+    return value
+
+
+def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} must be a number of seconds, got {raw!r}") from exc
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigurationError(f"{name} must be more than 0 seconds, got {raw!r}")
     return value

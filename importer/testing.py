@@ -120,7 +120,13 @@ class InMemoryStore:
             raise JobNotFoundError()
         return self.jobs[job_id]
 
-    async def transition(self, job_id: uuid.UUID, target: JobStatus) -> None:
+    async def transition(
+        self,
+        job_id: uuid.UUID,
+        target: JobStatus,
+        *,
+        owner: str | None = None,  # noqa: ARG002 (one process: no leases to fence)
+    ) -> None:
         job = await self.get_job(job_id)
         if not lifecycle.can_transition(job.status, target):
             raise IllegalTransitionError(f"{job.status.value} → {target.value}")
@@ -156,9 +162,16 @@ class InMemoryStore:
     async def discard_batch(self, job: Job, batch: Batch, attempts: int, error: str) -> None:  # noqa: ARG002 (the port's signature)
         self.ledger[job.id].setdefault(batch.key, lifecycle.discarded_counters(batch))
 
-    async def finalize(self, job_id: uuid.UUID, fail_reason: str | None) -> Finalized | None:
+    async def finalize(
+        self,
+        job_id: uuid.UUID,
+        fail_reason: str | None,
+        *,
+        cancelled: bool = False,
+        owner: str | None = None,  # noqa: ARG002 (one process: no leases to fence)
+    ) -> Finalized | None:
         job = await self.get_job(job_id)
-        target = JobStatus.FAILED if fail_reason is not None else JobStatus.COMPLETED
+        target = lifecycle.final_status(fail_reason, cancelled)
         if job_id in self.finalized or not lifecycle.can_transition(job.status, target):
             return None
         if target is JobStatus.COMPLETED and self.created_fields.get(job_id):

@@ -7,6 +7,7 @@ and lock or statement time-outs become :class:`TransientStoreError`, anything el
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import uuid
@@ -22,10 +23,12 @@ from importer.exceptions import (
     BatchAlreadyAppliedError,
     IllegalTransitionError,
     JobNotFoundError,
+    LeaseLostError,
     StoreError,
     TransientStoreError,
 )
 from importer.models import (
+    TERMINAL_STATUSES,
     Batch,
     ConflictStrategy,
     ContactRow,
@@ -37,7 +40,7 @@ from importer.models import (
     RowIssue,
     Severity,
 )
-from importer.ports import Finalized, NewJob
+from importer.ports import Finalized, JobView, LeaseState, NewJob
 from importer.sql import queries, schema
 
 # A pool's connection proxy or a plain connection.
@@ -64,6 +67,13 @@ _TRANSIENT = (
 _ID_BLOCK = 4096  # contact ids reserved per sequence round trip
 _ACQUIRE_TIMEOUT_S = 60.0  # a pool that cannot reconnect fails the batch instead of hanging
 _MIGRATION_LOCK = 0x1A4F0001  # advisory lock id serializing concurrent `db migrate` runs
+_CLAIM_LOCK = 0x1A4F0002  # advisory lock id serializing job claims (exact fair-share counts)
+JOBS_CHANNEL = "importer_jobs"  # start_job notifies it (payload: the job id); workers LISTEN
+# The keyset of a first history page: after every (created_at, id).
+_NO_CURSOR = (dt.datetime.max.replace(tzinfo=dt.UTC), uuid.UUID(int=(1 << 128) - 1))
+_COUNTERS = ("rows_read", "inserted", "updated", "invalid", "error", "ignored")
+_RUNNING = lifecycle.values(lifecycle.RUNNING_STATUSES)
+_CLAIMABLE = lifecycle.values(lifecycle.CLAIMABLE_STATUSES)
 
 _CONTACT = ("id", "client_id", "cpf_cnpj", "name", "street_address", "import_job_id")
 _DETAIL = ("contact_id", "client_id", "channel_id", "value", "country_code", "country")
@@ -116,8 +126,9 @@ async def _keep_session(conn: Conn) -> None:
     asyncpg's default reset runs ``RESET ALL`` (and more) on every release. The store's
     connections leave no session state behind them: every statement runs in a transaction
     that ends before the release (settings are ``SET LOCAL``, cursors close at commit), and
-    nothing LISTENs or takes session advisory locks. (asyncpg still rolls back an open
-    transaction itself before calling this.)
+    nothing takes session advisory locks or LISTENs past its use (``wait_for_jobs`` on a pool
+    connection UNLISTENs before the release). (asyncpg still rolls back an open transaction
+    itself before calling this.)
     """
 
 
@@ -140,10 +151,15 @@ def _now() -> dt.datetime:
 
 
 class PostgresStore:
-    """The :class:`importer.ports.Store` on PostgreSQL."""
+    """The :class:`importer.ports.Store` on PostgreSQL: the pipeline's batches, the workers'
+    queue (:class:`importer.ports.JobQueue`) and the API's jobs."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, dsn: str | None = None) -> None:
+        """``dsn``: where :meth:`wait_for_jobs` opens its own LISTEN connection (workers only)."""
         self._pool = pool
+        self._dsn = dsn
+        self._listener: asyncpg.Connection | None = None
+        self._jobs_queued = asyncio.Event()
         self._q = queries()
         self._field_ids: dict[tuple[int, str], int] = {}  # (client, lower(name)) → id
         self._id_pool: list[int] = []
@@ -154,26 +170,15 @@ class PostgresStore:
     # --- jobs ---------------------------------------------------------------------------------
 
     async def create_job(self, new_job: NewJob, status: JobStatus) -> Job:
-        layout = orjson.dumps(new_job.layout).decode() if new_job.layout is not None else None
         with translated_errors():
-            await self._pool.execute(
-                self._q["insert_job"],
-                new_job.id,
-                new_job.client_id,
-                new_job.user_id,
-                status.value,
-                new_job.source,
-                new_job.input_format,
-                layout,
-                new_job.strategy,
-                new_job.chunk_size,
-                new_job.partitions,
-                new_job.has_internationalization,
-                new_job.bytes_total,
-                new_job.journey_id,
-                new_job.auto_start_journey_mailing,
-            )
+            await self.insert_job(self._pool, new_job, status)
         return await self.get_job(new_job.id)
+
+    async def insert_job(
+        self, conn: Conn | asyncpg.Pool, new_job: NewJob, status: JobStatus
+    ) -> None:
+        """The job's row, through ``conn`` (a transaction that also inserts its links)."""
+        await conn.execute(self._q["insert_job"], *_job_values(new_job, status))
 
     async def get_job(self, job_id: uuid.UUID) -> Job:
         with translated_errors():
@@ -182,34 +187,60 @@ class PostgresStore:
             raise JobNotFoundError(f"import {job_id} does not exist")
         return job_from_row(row)
 
-    async def transition(self, job_id: uuid.UUID, target: JobStatus) -> None:
+    async def transition(
+        self, job_id: uuid.UUID, target: JobStatus, *, owner: str | None = None
+    ) -> None:
         with translated_errors():
             moved = await self._pool.fetchval(
-                self._q["transition_job"], job_id, target.value, lifecycle.allowed_sources(target)
+                self._q["transition_job"],
+                job_id,
+                target.value,
+                lifecycle.allowed_sources(target),
+                owner,
             )
         if moved is None:
-            current = (await self.get_job(job_id)).status
-            raise IllegalTransitionError(f"import {job_id}: {current.value} → {target.value}")
+            job = await self._leased_job(job_id, owner)
+            raise IllegalTransitionError(f"import {job_id}: {job.status.value} → {target.value}")
 
-    async def finalize(self, job_id: uuid.UUID, fail_reason: str | None) -> Finalized | None:
-        target = JobStatus.FAILED if fail_reason is not None else JobStatus.COMPLETED
+    async def finalize(
+        self,
+        job_id: uuid.UUID,
+        fail_reason: str | None,
+        *,
+        cancelled: bool = False,
+        owner: str | None = None,
+    ) -> Finalized | None:
+        target = lifecycle.final_status(fail_reason, cancelled)
+        sources = lifecycle.allowed_sources(target)
         with translated_errors():
             async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
-                await conn.execute(self._q["synchronous_commit"])
-                row = await conn.fetchrow(
-                    self._q["finalize_job"],
-                    job_id,
-                    target.value,
-                    fail_reason,
-                    _now(),
-                    lifecycle.allowed_sources(target),
-                )
+                row = await self._finalize_on(conn, job_id, target, fail_reason, sources, owner)
         if row is None:
+            await self._leased_job(job_id, owner)
             return None
-        counters = Counters(
-            *(row[k] for k in ("rows_read", "inserted", "updated", "invalid", "error", "ignored"))
+        return Finalized(JobStatus(row["status"]), _counters(row))
+
+    async def _finalize_on(
+        self,
+        conn: Conn,
+        job_id: uuid.UUID,
+        target: JobStatus,
+        fail_reason: str | None,
+        sources: list[str],
+        owner: str | None,
+    ) -> asyncpg.Record | None:
+        """finalize_job in the caller's transaction, committed synchronously."""
+        await conn.execute(self._q["synchronous_commit"])
+        return await conn.fetchrow(
+            self._q["finalize_job"], job_id, target.value, fail_reason, _now(), sources, owner
         )
-        return Finalized(JobStatus(row["status"]), counters)
+
+    async def _leased_job(self, job_id: uuid.UUID, owner: str | None) -> Job:
+        """The job; LeaseLostError when ``owner`` is given and no longer holds its lease."""
+        job = await self.get_job(job_id)
+        if owner is not None and job.lease_owner != owner:
+            raise LeaseLostError(f"import {job_id} is leased to {job.lease_owner}, not {owner}")
+        return job
 
     async def ensure_custom_fields(self, job: Job, names: Sequence[str]) -> int:
         with translated_errors():
@@ -288,8 +319,8 @@ class PostgresStore:
         attempts: int,
         error: str | None,
     ) -> None:
-        recorded = await conn.fetchval(
-            self._q["record_batch"],
+        """The ledger row; a worker's run (``job.lease_owner``) is fenced in the same statement."""
+        values = (
             job.id,
             batch.chunk_no,
             batch.partition,
@@ -305,7 +336,17 @@ class PostgresStore:
             attempts,
             error,
         )
-        if recorded is None:
+        if job.lease_owner is None:
+            recorded = await conn.fetchval(self._q["record_batch"], *values) is not None
+        else:
+            fence = await conn.fetchrow(
+                self._q["record_batch_fenced"], *values, job.lease_owner, _RUNNING
+            )
+            assert fence is not None
+            if not fence["held"]:
+                raise LeaseLostError(f"import {job.id}: {job.lease_owner} lost its lease")
+            recorded = fence["recorded"]
+        if not recorded:
             raise BatchAlreadyAppliedError()
 
     async def _write_rows(self, conn: Conn, job: Job, rows: Sequence[ContactRow]) -> int:
@@ -407,6 +448,191 @@ class PostgresStore:
         ]
         await conn.copy_records_to_table("import_row_error", records=records, columns=_ROW_ERROR)
 
+    # --- the API's jobs -----------------------------------------------------------------------
+    # Every method is scoped by client: another client's job is exactly like a missing one.
+
+    async def view_job(self, client_id: int, job_id: uuid.UUID) -> JobView:
+        with translated_errors():
+            row = await self._pool.fetchrow(self._q["view_job"], client_id, job_id)
+        if row is None:
+            raise JobNotFoundError(f"import {job_id} does not exist")
+        return view_from_row(row)
+
+    async def list_jobs(
+        self,
+        client_id: int,
+        *,
+        user_id: str | None,
+        statuses: Sequence[JobStatus] | None,
+        before: tuple[dt.datetime, uuid.UUID] | None,
+        limit: int,
+    ) -> list[JobView]:
+        """Newest first by (created_at, id); ``before`` is the previous page's last item."""
+        created_at, last_id = before or _NO_CURSOR
+        wanted = lifecycle.values(statuses) if statuses is not None else None
+        args: tuple[object, ...] = (client_id, created_at, last_id, wanted, limit)
+        query = "list_jobs" if user_id is None else "list_user_jobs"
+        if user_id is not None:
+            args += (user_id,)
+        with translated_errors():
+            rows = await self._pool.fetch(self._q[query], *args)
+        return [view_from_row(row) for row in rows]
+
+    async def mark_uploaded(
+        self,
+        client_id: int,
+        job_id: uuid.UUID,
+        *,
+        ok: bool,
+        fail_reason: str | None,
+        storage_version: str | None = None,
+    ) -> JobView:
+        """uploading → uploaded (recording the verified object version), or → failed with the
+        reason through finalization. A repeat changes nothing; a job past its upload is refused.
+        """
+        with translated_errors():
+            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
+                current = await self._locked(conn, client_id, job_id)
+                target = lifecycle.upload_target(JobStatus(current["status"]), ok)
+                if target is JobStatus.UPLOADED:
+                    await conn.execute(
+                        self._q["transition_client_job"],
+                        job_id,
+                        client_id,
+                        target.value,
+                        lifecycle.allowed_sources(target),
+                        storage_version,
+                    )
+                elif target is JobStatus.FAILED:
+                    sources = [JobStatus.UPLOADING.value]
+                    await self._finalize_on(conn, job_id, target, fail_reason, sources, None)
+        return await self.view_job(client_id, job_id)
+
+    async def start_job(
+        self, client_id: int, job_id: uuid.UUID, operation_id: str | None
+    ) -> JobView:
+        """uploaded → queued (waking the workers), queued → queued recording the operation id."""
+        target = JobStatus.QUEUED
+        with translated_errors():
+            row = await self._pool.fetchrow(
+                self._q["start_job"],
+                job_id,
+                client_id,
+                operation_id,
+                lifecycle.allowed_sources(target),
+                target.value,
+            )
+        if row is None:
+            raise JobNotFoundError(f"import {job_id} does not exist")
+        if row["previous"] is None:
+            current = JobStatus(row["current"])
+            raise lifecycle.start_refusal(current) or IllegalTransitionError(current.value)
+        return await self.view_job(client_id, job_id)
+
+    async def request_cancel(self, client_id: int, job_id: uuid.UUID) -> JobView:
+        """Cancel at once a job no worker ever claimed; flag a claimed one (its worker stops
+        between chunks and finalizes it ``cancelled``); a terminal job stays as it is."""
+        with translated_errors():
+            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
+                current = await self._locked(conn, client_id, job_id)
+                action = lifecycle.cancel_action(
+                    JobStatus(current["status"]), claimed=current["lease_expires_at"] is not None
+                )
+                if action is lifecycle.CancelAction.NOW:
+                    target = JobStatus.CANCELLED
+                    sources = lifecycle.allowed_sources(target)
+                    await self._finalize_on(conn, job_id, target, None, sources, None)
+                elif action is lifecycle.CancelAction.REQUEST:
+                    await conn.execute(self._q["request_cancel"], job_id)
+        return await self.view_job(client_id, job_id)
+
+    async def _locked(self, conn: Conn, client_id: int, job_id: uuid.UUID) -> asyncpg.Record:
+        row = await conn.fetchrow(self._q["lock_client_job"], job_id, client_id)
+        if row is None:
+            raise JobNotFoundError(f"import {job_id} does not exist")
+        return row
+
+    # --- the workers' queue -------------------------------------------------------------------
+
+    async def claim_job(self, owner: str, lease_s: float, max_per_client: int) -> Job | None:
+        """Lease the oldest claimable job to ``owner`` (see the claim_job query)."""
+        with translated_errors():
+            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
+                await conn.execute(self._q["claim_lock"], _CLAIM_LOCK)
+                row = await conn.fetchrow(
+                    self._q["claim_job"], owner, float(lease_s), max_per_client, _CLAIMABLE
+                )
+        return None if row is None else job_from_row(row)
+
+    async def renew_lease(self, job_id: uuid.UUID, owner: str, lease_s: float) -> LeaseState:
+        with translated_errors():
+            row = await self._pool.fetchrow(self._q["renew_lease"], job_id, owner, float(lease_s))
+        if row is None:
+            return LeaseState(held=False, cancel_requested=False)
+        return LeaseState(held=True, cancel_requested=row["cancel_requested"])
+
+    async def release_lease(self, job_id: uuid.UUID, owner: str) -> None:
+        with translated_errors():
+            await self._pool.execute(self._q["release_lease"], job_id, owner)
+
+    async def wait_for_jobs(self, timeout_s: float) -> None:
+        """Return when a job was queued since the last call (or meanwhile), or after the timeout.
+
+        With the store's ``dsn``, the LISTEN connection is the store's own, opened on the first
+        call and kept until :meth:`close`; if it drops, the waiter wakes (a notification may
+        have been lost) and the next call reconnects. Without it, each call LISTENs on a pool
+        connection for its own duration (a job queued between two calls waits for the next
+        poll).
+        """
+        if self._dsn is None:
+            await self._wait_on_pool(timeout_s)
+        else:
+            await self._listen()
+            await self._wait_for_queued(timeout_s)
+
+    async def _wait_for_queued(self, timeout_s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._jobs_queued.wait(), timeout_s)
+        self._jobs_queued.clear()
+
+    async def _wait_on_pool(self, timeout_s: float) -> None:
+        with translated_errors():
+            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn:
+                await conn.add_listener(JOBS_CHANNEL, self._on_job_queued)
+                try:
+                    await self._wait_for_queued(timeout_s)
+                finally:  # the pool's reset does not UNLISTEN (see _keep_session)
+                    await conn.remove_listener(JOBS_CHANNEL, self._on_job_queued)
+
+    async def close(self) -> None:
+        """Close the LISTEN connection, if any (the pool belongs to the caller)."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with translated_errors():
+                await listener.close()
+
+    async def _listen(self) -> None:
+        if self._listener is not None and not self._listener.is_closed():
+            return
+        assert self._dsn is not None
+        with translated_errors():
+            conn = await asyncpg.connect(self._dsn)
+            try:
+                await conn.add_listener(JOBS_CHANNEL, self._on_job_queued)
+            except BaseException:
+                await conn.close()
+                raise
+        conn.add_termination_listener(self._on_listener_lost)
+        self._listener = conn
+
+    def _on_job_queued(self, *_notification: object) -> None:
+        self._jobs_queued.set()
+
+    def _on_listener_lost(self, conn: object) -> None:
+        if conn is self._listener:
+            self._listener = None
+        self._jobs_queued.set()
+
     # --- reports ------------------------------------------------------------------------------
 
     async def row_issues(self, job_id: uuid.UUID) -> AsyncIterator[RowIssue]:
@@ -430,10 +656,78 @@ def _text(value: str | None) -> str | None:
     return cleaned.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def job_from_row(row: asyncpg.Record) -> Job:
-    counters = Counters(
-        *(row[k] for k in ("rows_read", "inserted", "updated", "invalid", "error", "ignored"))
+def _counters(row: asyncpg.Record, prefix: str = "") -> Counters:
+    return Counters(*(row[prefix + name] or 0 for name in _COUNTERS))
+
+
+def _json(value: str | None) -> Any:
+    return None if value is None else orjson.loads(value)
+
+
+def _job_values(new_job: NewJob, status: JobStatus) -> tuple[object, ...]:
+    """insert_job's parameters, in order."""
+    tags = list(new_job.tags) if new_job.tags is not None else None
+    return (
+        new_job.id,
+        new_job.client_id,
+        new_job.user_id,
+        status.value,
+        new_job.source,
+        new_job.input_format,
+        orjson.dumps(new_job.layout).decode() if new_job.layout is not None else None,
+        new_job.strategy,
+        new_job.chunk_size,
+        new_job.partitions,
+        new_job.has_internationalization,
+        new_job.bytes_total,
+        new_job.journey_id,
+        new_job.auto_start_journey_mailing,
+        new_job.source_size,
+        new_job.source_sha256,
+        new_job.filename,
+        new_job.has_sensitive_data,
+        new_job.has_underage_data,
+        new_job.data_processing_purpose,
+        new_job.lgpd_processing_hypothesis,
+        orjson.dumps(tags).decode() if tags is not None else None,
+        new_job.kind,
+        new_job.in_process,
     )
+
+
+def view_from_row(row: asyncpg.Record) -> JobView:
+    """A view_job / list_jobs row: ledger counters while running, the row's once terminal."""
+    status = JobStatus(row["status"])
+    counters = _counters(row) if status in TERMINAL_STATUSES else _counters(row, "live_")
+    tags = _json(row["tags"])
+    return JobView(
+        id=row["id"],
+        client_id=row["client_id"],
+        user_id=row["user_id"],
+        status=status,
+        conflict_strategy=ConflictStrategy(row["conflict_strategy"]),
+        input_format=InputFormat(row["input_format"]),
+        source=row["source"],
+        filename=row["filename"],
+        source_size=row["source_size"],
+        source_sha256=row["source_sha256"],
+        counters=counters,
+        rows_done=counters.rows_read,
+        bytes_read=row["bytes_read"],
+        bytes_total=row["bytes_total"],
+        fail_reason=row["fail_reason"],
+        cancel_requested=row["cancel_requested_at"] is not None,
+        journey_id=row["journey_id"],
+        tags=tuple(tags) if tags is not None else None,
+        last_operation_id=row["last_operation_id"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+    )
+
+
+def job_from_row(row: asyncpg.Record) -> Job:
     return Job(
         id=row["id"],
         client_id=row["client_id"],
@@ -445,5 +739,12 @@ def job_from_row(row: asyncpg.Record) -> Job:
         partitions=row["partitions"],
         user_id=row["user_id"],
         fail_reason=row["fail_reason"],
-        counters=counters,
+        counters=_counters(row),
+        source_size=row["source_size"],
+        source_sha256=row["source_sha256"],
+        filename=row["filename"],
+        layout=_json(row["layout"]),
+        has_internationalization=row["has_internationalization"],
+        lease_owner=row["lease_owner"],
+        cancel_requested=row["cancel_requested_at"] is not None,
     )

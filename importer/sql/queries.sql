@@ -10,6 +10,28 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 ON CONFLICT (job_id, chunk_no, partition) DO NOTHING
 RETURNING 1;
 
+-- name: record_batch_fenced
+-- record_batch for a worker's run, fenced by its lease in the same statement (no extra round
+-- trip): the ledger row is written only while $15 holds the lease of the job, still in one of
+-- the statuses $16. The job row is locked FOR KEY SHARE until the batch commits, so a reclaim
+-- (FOR UPDATE) cannot slip between this check and the commit: it waits, or skips the job.
+-- held = false: the lease is lost (the caller rolls the whole batch back); recorded = false:
+-- the batch was already applied.
+WITH lease AS (
+    SELECT id FROM import_job
+    WHERE id = $1 AND lease_owner = $15 AND status = ANY($16::text[])
+    FOR KEY SHARE
+),
+recorded AS (
+    INSERT INTO import_chunk (job_id, chunk_no, partition, status, first_line, end_offset,
+                              rows_read, inserted, updated, invalid, error, ignored, attempts,
+                              error_message)
+    SELECT id, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 FROM lease
+    ON CONFLICT (job_id, chunk_no, partition) DO NOTHING
+    RETURNING 1
+)
+SELECT EXISTS (SELECT FROM lease) AS held, EXISTS (SELECT FROM recorded) AS recorded;
+
 -- name: find_contacts
 -- The batch's stored contacts, with their live channels and their values of the import's custom
 -- fields ($3). Not locked: every write the batch makes is either an insert that a unique index
@@ -75,20 +97,167 @@ SELECT lower(name) AS key, id FROM custom_field
 WHERE client_id = $1 AND lower(name) = ANY(SELECT lower(n) FROM unnest($2::text[]) AS n);
 
 -- name: insert_job
+-- An in-process job ($24, the CLI's) gets a lease that never expires: no worker claims it.
 INSERT INTO import_job (
     id, client_id, user_id, status, source, input_format, layout, conflict_strategy,
     chunk_size, partitions, has_internationalization, bytes_total, journey_id,
-    auto_start_journey_mailing
+    auto_start_journey_mailing, source_size, source_sha256, filename, has_sensitive_data,
+    has_underage_data, data_processing_purpose, lgpd_processing_hypothesis, tags, kind,
+    lease_expires_at
 )
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14);
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
+        $20, $21, $22, $23, CASE WHEN $24::boolean THEN 'infinity'::timestamptz END);
 
 -- name: transition_job
--- The one guarded place where a job changes status.
+-- The one guarded place where a job changes status; with an owner ($4), only while that worker
+-- holds the job's lease.
 UPDATE import_job
 SET status = $2, updated_at = now(),
     started_at = CASE WHEN $2 = 'normalizing' THEN coalesce(started_at, now()) ELSE started_at END
-WHERE id = $1 AND status = ANY($3::text[])
+WHERE id = $1 AND status = ANY($3::text[]) AND ($4::text IS NULL OR lease_owner = $4)
 RETURNING status;
+
+-- name: transition_client_job
+-- transition_job for the API: scoped by client ($2); $5 records the object version verified.
+UPDATE import_job
+SET status = $3, updated_at = now(), storage_version = coalesce($5, storage_version)
+WHERE id = $1 AND client_id = $2 AND status = ANY($4::text[])
+RETURNING status;
+
+-- name: start_job
+-- uploaded → queued, or queued → queued recording the operation id ($3): one guarded statement.
+-- Concurrent starts queue on the row lock; exactly one finds the job not yet queued, moves it
+-- and wakes the workers (the notification is delivered at commit). $4: the allowed sources,
+-- $5: the target ('queued'). No row: the job does not exist for this client; previous NULL:
+-- current did not allow the start.
+WITH current AS (
+    SELECT id, status FROM import_job WHERE id = $1 AND client_id = $2
+    FOR NO KEY UPDATE
+),
+moved AS (
+    UPDATE import_job j
+    SET status = $5, last_operation_id = coalesce($3, j.last_operation_id), updated_at = now()
+    FROM current c
+    WHERE j.id = c.id AND c.status = ANY($4::text[])
+    RETURNING c.status AS previous
+)
+SELECT c.status AS current, m.previous,
+       CASE WHEN m.previous <> $5 THEN pg_notify('importer_jobs', $1::text) END AS notified
+FROM current c LEFT JOIN moved m ON true;
+
+-- name: lock_client_job
+-- The API's cancel and upload confirmation decide on the locked row; a claim (FOR UPDATE SKIP
+-- LOCKED) passes over it meanwhile. NO KEY UPDATE: a running batch's KEY SHARE does not wait.
+SELECT status, lease_owner, lease_expires_at FROM import_job
+WHERE id = $1 AND client_id = $2
+FOR NO KEY UPDATE;
+
+-- name: request_cancel
+-- The worker running the job sees it at its next lease renewal and stops between chunks.
+UPDATE import_job
+SET cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
+WHERE id = $1;
+
+-- name: claim_lock
+-- Claims are serialized (they are rare: one per job run), so the fair-share count is exact.
+SELECT pg_advisory_xact_lock($1);
+
+-- name: claim_job
+-- The oldest claimable job ($4: queued or running) that no live lease holds: queued, or left
+-- by a worker whose lease expired (it died; the new owner resumes it from the ledger). A client
+-- whose jobs already hold $3 live leases waits its turn (fair share). An in-process job's lease
+-- never expires. SKIP LOCKED passes over a row a transaction holds (a cancel, a live owner's
+-- batch). Lease: $1 owner, $2 seconds.
+WITH busy AS (
+    SELECT client_id FROM import_job
+    WHERE status = ANY($4::text[]) AND lease_owner IS NOT NULL AND lease_expires_at > now()
+    GROUP BY client_id
+    HAVING count(*) >= $3
+),
+candidate AS (
+    SELECT id FROM import_job
+    WHERE status = ANY($4::text[])
+      AND coalesce(lease_expires_at, '-infinity') <= now()
+      AND client_id NOT IN (SELECT client_id FROM busy)
+    ORDER BY created_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE import_job j
+SET lease_owner = $1, lease_expires_at = now() + make_interval(secs => $2)
+FROM candidate c
+WHERE j.id = c.id
+RETURNING j.*;
+
+-- name: renew_lease
+UPDATE import_job SET lease_expires_at = now() + make_interval(secs => $3)
+WHERE id = $1 AND lease_owner = $2
+RETURNING cancel_requested_at IS NOT NULL AS cancel_requested;
+
+-- name: release_lease
+-- Expired at once: the next claim may take the job (and resume it).
+UPDATE import_job SET lease_expires_at = now()
+WHERE id = $1 AND lease_owner = $2;
+
+-- name: view_job
+-- A job with its progress from the ledger: the furthest offset a done chunk reached (end
+-- offsets grow with chunk_no: one backward index probe) and, while the job runs, the ledger's
+-- counters (a terminal job's row holds them).
+SELECT j.*, coalesce(last.end_offset, 0) AS bytes_read, live.*
+FROM import_job j
+LEFT JOIN LATERAL (
+    SELECT end_offset FROM import_chunk WHERE job_id = j.id ORDER BY chunk_no DESC LIMIT 1
+) AS last ON true
+CROSS JOIN LATERAL (
+    SELECT sum(rows_read) AS live_rows_read, sum(inserted) AS live_inserted,
+           sum(updated) AS live_updated, sum(invalid) AS live_invalid,
+           sum(error) AS live_error, sum(ignored) AS live_ignored
+    FROM import_chunk
+    WHERE job_id = j.id
+      AND j.status NOT IN ('completed', 'completed_with_placeholders', 'failed', 'cancelled')
+) AS live
+WHERE j.client_id = $1 AND j.id = $2;
+
+-- name: list_jobs
+-- History, newest first, one page after the keyset ($2, $3); $4: statuses or NULL for all.
+-- Backward scan of import_job_client_history_idx.
+SELECT j.*, coalesce(last.end_offset, 0) AS bytes_read, live.*
+FROM import_job j
+LEFT JOIN LATERAL (
+    SELECT end_offset FROM import_chunk WHERE job_id = j.id ORDER BY chunk_no DESC LIMIT 1
+) AS last ON true
+CROSS JOIN LATERAL (
+    SELECT sum(rows_read) AS live_rows_read, sum(inserted) AS live_inserted,
+           sum(updated) AS live_updated, sum(invalid) AS live_invalid,
+           sum(error) AS live_error, sum(ignored) AS live_ignored
+    FROM import_chunk
+    WHERE job_id = j.id
+      AND j.status NOT IN ('completed', 'completed_with_placeholders', 'failed', 'cancelled')
+) AS live
+WHERE j.client_id = $1 AND (j.created_at, j.id) < ($2, $3)
+  AND ($4::text[] IS NULL OR j.status = ANY($4::text[]))
+ORDER BY j.created_at DESC, j.id DESC
+LIMIT $5;
+
+-- name: list_user_jobs
+-- list_jobs of one user ($6): backward scan of import_job_user_history_idx.
+SELECT j.*, coalesce(last.end_offset, 0) AS bytes_read, live.*
+FROM import_job j
+LEFT JOIN LATERAL (
+    SELECT end_offset FROM import_chunk WHERE job_id = j.id ORDER BY chunk_no DESC LIMIT 1
+) AS last ON true
+CROSS JOIN LATERAL (
+    SELECT sum(rows_read) AS live_rows_read, sum(inserted) AS live_inserted,
+           sum(updated) AS live_updated, sum(invalid) AS live_invalid,
+           sum(error) AS live_error, sum(ignored) AS live_ignored
+    FROM import_chunk
+    WHERE job_id = j.id
+      AND j.status NOT IN ('completed', 'completed_with_placeholders', 'failed', 'cancelled')
+) AS live
+WHERE j.client_id = $1 AND j.user_id = $6 AND (j.created_at, j.id) < ($2, $3)
+  AND ($4::text[] IS NULL OR j.status = ANY($4::text[]))
+ORDER BY j.created_at DESC, j.id DESC
+LIMIT $5;
 
 -- name: record_created_fields
 UPDATE import_job SET created_custom_fields = created_custom_fields + $2 WHERE id = $1;
@@ -105,6 +274,11 @@ SET LOCAL synchronous_commit = on;
 -- name: finalize_job
 -- Exactly once: the guarded status update, the finalization row (its primary key) and the
 -- outbox rows commit together; a second caller finds no row to update and writes nothing.
+-- $2: the target (failed, cancelled or completed: completed_with_placeholders when the import
+-- created custom fields); $5: the statuses it may come from; $6: the worker whose lease must
+-- be held (NULL: an in-process run or the API, unfenced).
+-- A cancelled import gets the notification `import_cancelled` with its truthful counters; like
+-- a failed one, it neither moves its journey classification nor releases its firing intents.
 WITH totals AS (
     SELECT coalesce(sum(rows_read), 0) AS rows_read, coalesce(sum(inserted), 0) AS inserted,
            coalesce(sum(updated), 0) AS updated, coalesce(sum(invalid), 0) AS invalid,
@@ -113,7 +287,7 @@ WITH totals AS (
 ),
 job AS (
     UPDATE import_job j
-    SET status = CASE WHEN $2 = 'failed' THEN 'failed'
+    SET status = CASE WHEN $2 IN ('failed', 'cancelled') THEN $2
                       WHEN j.created_custom_fields > 0 THEN 'completed_with_placeholders'
                       ELSE 'completed' END,
         fail_reason = $3,
@@ -121,7 +295,7 @@ job AS (
         invalid = t.invalid, error = t.error, ignored = t.ignored,
         finished_at = $4, updated_at = $4
     FROM totals t
-    WHERE j.id = $1 AND j.status = ANY($5::text[])
+    WHERE j.id = $1 AND j.status = ANY($5::text[]) AND ($6::text IS NULL OR j.lease_owner = $6)
     RETURNING j.*
 ),
 finalized AS (
@@ -136,6 +310,7 @@ notification AS (
     SELECT 'notification:' || j.id, 'notification',
            jsonb_build_object(
                'type', CASE WHEN j.status = 'failed' THEN 'import_failed'
+                            WHEN j.status = 'cancelled' THEN 'import_cancelled'
                             WHEN j.invalid + j.error = 0 THEN 'import_done'
                             ELSE 'import_partial' END,
                'job_id', j.id, 'client_id', j.client_id, 'user_id', j.user_id,
@@ -149,12 +324,14 @@ journey AS (
     SET status = CASE WHEN c.auto_start_journey_mailing THEN 'ACTIVE' ELSE 'PAUSED' END,
         contact_amount = j.inserted + j.updated, updated_at = $4
     FROM job j JOIN finalized f ON f.batch_id = j.id
-    WHERE c.import_job_id = j.id AND c.status = 'AWAITING_IMPORT' AND j.status <> 'failed'
+    WHERE c.import_job_id = j.id AND c.status = 'AWAITING_IMPORT'
+      AND j.status NOT IN ('failed', 'cancelled')
 ),
 firing AS (
     UPDATE firing_intent i SET released_at = $4
     FROM job j JOIN finalized f ON f.batch_id = j.id
-    WHERE i.import_job_id = j.id AND i.released_at IS NULL AND j.status <> 'failed'
+    WHERE i.import_job_id = j.id AND i.released_at IS NULL
+      AND j.status NOT IN ('failed', 'cancelled')
     RETURNING i.id, i.kind
 ),
 released AS (
@@ -172,3 +349,50 @@ FROM job j JOIN finalized f ON f.batch_id = j.id;
 SELECT line, column_name, reason, severity, value
 FROM import_row_error WHERE job_id = $1
 ORDER BY line, column_name NULLS FIRST, reason;
+
+-- layouts (API)
+-- Every statement is scoped by client_id ($1): another tenant's layout is simply not found.
+-- Only layouts with a document (made through the API) are served.
+
+-- name: insert_layout
+INSERT INTO import_layout (client_id, name, delimiter, encoding, has_header, document)
+VALUES ($1, $2, $3, $4, $5, $6::jsonb)
+RETURNING id, name, document::text AS document, created_at, updated_at;
+
+-- name: get_layout
+SELECT id, name, document::text AS document, created_at, updated_at
+FROM import_layout WHERE client_id = $1 AND id = $2 AND document IS NOT NULL;
+
+-- name: list_layouts
+SELECT id, name, document::text AS document, created_at, updated_at
+FROM import_layout WHERE client_id = $1 AND document IS NOT NULL
+ORDER BY id LIMIT $2;
+
+-- name: update_layout
+UPDATE import_layout
+SET name = $3, delimiter = $4, encoding = $5, has_header = $6, document = $7::jsonb,
+    updated_at = now()
+WHERE client_id = $1 AND id = $2 AND document IS NOT NULL
+RETURNING id, name, document::text AS document, created_at, updated_at;
+
+-- name: delete_layout
+DELETE FROM import_layout WHERE client_id = $1 AND id = $2 AND document IS NOT NULL
+RETURNING id;
+
+-- name: journey_exists
+SELECT EXISTS (SELECT 1 FROM journey WHERE id = $2 AND client_id = $1);
+
+-- name: insert_firing_intent
+-- Seed 003 §10: held until the import completes; finalize_job releases it to its queue.
+INSERT INTO firing_intent (client_id, kind, import_job_id, params)
+VALUES ($1, $2, $3, $4::jsonb);
+
+-- name: insert_journey_classification
+-- Seed 003 §9: the journey's mailing waits for the import; finalize_job moves it on.
+INSERT INTO journey_classification_contact
+    (journey_id, client_id, import_job_id, description, status, auto_start_journey_mailing)
+VALUES ($1, $2, $3, $4, 'AWAITING_IMPORT', $5)
+ON CONFLICT (import_job_id) DO NOTHING;
+
+-- name: ping
+SELECT 1;

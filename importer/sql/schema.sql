@@ -136,8 +136,21 @@ CREATE TABLE IF NOT EXISTS import_job (
     finished_at                 timestamptz
 );
 
-CREATE INDEX IF NOT EXISTS import_job_client_created_idx ON import_job (client_id, created_at DESC, id);
 CREATE INDEX IF NOT EXISTS import_job_status_idx ON import_job (status) WHERE status IN ('queued', 'normalizing', 'ready', 'importing');
+
+-- Jobs run by workers and shown by the API; added after the table's first release, so each
+-- column is added on its own (ADD COLUMN IF NOT EXISTS keeps the file idempotent).
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS filename text;             -- the user's file name
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS storage_version text;      -- the pinned object version
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS cancel_requested_at timestamptz;
+
+-- History, newest first: the keyset (created_at, id) read backwards from the cursor, per client
+-- and per client and user. (The first index, (client_id, created_at DESC, id), could not serve
+-- a descending id.)
+DROP INDEX IF EXISTS import_job_client_created_idx;
+CREATE INDEX IF NOT EXISTS import_job_client_history_idx ON import_job (client_id, created_at, id);
+CREATE INDEX IF NOT EXISTS import_job_user_history_idx
+    ON import_job (client_id, user_id, created_at, id);
 
 -- The chunk ledger: a (chunk, key partition)'s writes, counters and done mark commit together.
 CREATE TABLE IF NOT EXISTS import_chunk (
@@ -225,3 +238,9 @@ CREATE TABLE IF NOT EXISTS firing_intent (
 );
 
 CREATE INDEX IF NOT EXISTS firing_intent_job_idx ON firing_intent (import_job_id);
+
+-- layouts (API)
+-- The layout document exactly as the CLI's --layout file holds it (validated by parse_layout);
+-- delimiter, encoding and has_header mirror it for the seed's readers.
+ALTER TABLE import_layout ADD COLUMN IF NOT EXISTS document jsonb;
+CREATE INDEX IF NOT EXISTS import_layout_client_idx ON import_layout (client_id, id);

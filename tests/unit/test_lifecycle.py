@@ -7,6 +7,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from importer import lifecycle
+from importer.exceptions import (
+    IllegalTransitionError,
+    ImportAlreadyAppliedError,
+    JobNotReadyError,
+)
 from importer.models import (
     TERMINAL_STATUSES,
     Batch,
@@ -25,13 +30,116 @@ def test_transitions_follow_the_state_machine(current: JobStatus, target: JobSta
     if target in (JobStatus.FAILED, JobStatus.CANCELLED):
         assert allowed == (current not in TERMINAL_STATUSES)
     if target is JobStatus.IMPORTING:
-        assert allowed == (current in (JobStatus.NORMALIZING, JobStatus.READY))
+        assert allowed == (current in lifecycle.RUNNING_STATUSES)  # a resumed run re-enters
+    if current is target:  # staying put: a repeated start, or a resumed run
+        assert allowed == (current in {JobStatus.QUEUED} | lifecycle.RUNNING_STATUSES)
 
 
 def test_requeue_of_a_queued_job_is_allowed_and_importing_is_one_way() -> None:
     assert lifecycle.can_transition(JobStatus.QUEUED, JobStatus.QUEUED)
     assert not lifecycle.can_transition(JobStatus.IMPORTING, JobStatus.QUEUED)
+    assert not lifecycle.can_transition(JobStatus.IMPORTING, JobStatus.NORMALIZING)
     assert lifecycle.allowed_sources(JobStatus.QUEUED) == ["queued", "uploaded"]
+
+
+@pytest.mark.parametrize("current", sorted(lifecycle.CLAIMABLE_STATUSES))
+def test_a_claimed_job_enters_a_status_it_may_reach(current: JobStatus) -> None:
+    entry = lifecycle.entry_status(current)
+    assert lifecycle.can_transition(current, entry)
+    assert entry in lifecycle.RUNNING_STATUSES
+    assert lifecycle.can_transition(entry, JobStatus.IMPORTING)
+    if current in (JobStatus.QUEUED, JobStatus.NORMALIZING):
+        assert entry is JobStatus.NORMALIZING
+    else:  # never backwards: a resumed run stays where its predecessor stopped
+        assert entry is current
+
+
+@pytest.mark.parametrize("current", list(JobStatus))
+def test_start_refusals(current: JobStatus) -> None:
+    refusal = lifecycle.start_refusal(current)
+    if current in (JobStatus.UPLOADED, JobStatus.QUEUED):
+        assert refusal is None
+    elif current is JobStatus.UPLOADING:
+        assert isinstance(refusal, JobNotReadyError)
+    else:  # running or terminal: the one-time gate
+        assert isinstance(refusal, ImportAlreadyAppliedError)
+        assert (
+            str(refusal)
+            == "The import has already started or finished: it cannot be applied again."
+        )
+    assert (refusal is None) == lifecycle.can_transition(current, JobStatus.QUEUED)
+
+
+@pytest.mark.parametrize("current", list(JobStatus))
+@pytest.mark.parametrize("claimed", [False, True])
+def test_cancel_actions(current: JobStatus, claimed: bool) -> None:
+    action = lifecycle.cancel_action(current, claimed)
+    if current in TERMINAL_STATUSES:
+        assert action is lifecycle.CancelAction.NOTHING
+    elif current in lifecycle.RUNNING_STATUSES or claimed:
+        assert action is lifecycle.CancelAction.REQUEST  # a worker holds (or held) it
+    else:
+        assert action is lifecycle.CancelAction.NOW
+    if action is lifecycle.CancelAction.NOW:
+        assert lifecycle.can_transition(current, JobStatus.CANCELLED)
+
+
+@pytest.mark.parametrize("current", list(JobStatus))
+@pytest.mark.parametrize("ok", [True, False])
+def test_upload_confirmation(current: JobStatus, ok: bool) -> None:
+    target = JobStatus.UPLOADED if ok else JobStatus.FAILED
+    if current is JobStatus.UPLOADING:
+        assert lifecycle.upload_target(current, ok) is target
+        assert lifecycle.can_transition(current, target)
+    elif current is target:
+        assert lifecycle.upload_target(current, ok) is None  # a repeat changes nothing
+    else:
+        with pytest.raises(IllegalTransitionError):
+            lifecycle.upload_target(current, ok)
+
+
+def test_final_status() -> None:
+    assert lifecycle.final_status(None, cancelled=False) is JobStatus.COMPLETED
+    assert lifecycle.final_status("empty_file", cancelled=False) is JobStatus.FAILED
+    assert lifecycle.final_status(None, cancelled=True) is JobStatus.CANCELLED
+    assert lifecycle.final_status("x", cancelled=True) is JobStatus.CANCELLED
+
+
+@given(
+    finished=st.booleans(),
+    lease_lost=st.booleans(),
+    cancel_requested=st.booleans(),
+    interrupted=st.booleans(),
+)
+def test_run_endings(
+    finished: bool, lease_lost: bool, cancel_requested: bool, interrupted: bool
+) -> None:
+    ending = lifecycle.run_ending(
+        finished=finished,
+        lease_lost=lease_lost,
+        cancel_requested=cancel_requested,
+        interrupted=interrupted,
+    )
+    if finished:
+        assert ending is lifecycle.RunEnding.FINISHED
+    elif lease_lost:  # never write for a job another worker owns
+        assert ending is lifecycle.RunEnding.LEASE_LOST
+    elif cancel_requested:
+        assert ending is lifecycle.RunEnding.CANCELLED
+    elif interrupted:  # not released: no reclaim loop while a service is away
+        assert ending is lifecycle.RunEnding.INTERRUPTED
+    else:
+        assert ending is lifecycle.RunEnding.RELEASED
+
+
+def test_heartbeat_beats_three_times_per_lease() -> None:
+    assert lifecycle.heartbeat_interval(30.0) == 10.0
+
+
+def test_status_sets() -> None:
+    assert lifecycle.RUNNING_STATUSES | {JobStatus.QUEUED} == lifecycle.CLAIMABLE_STATUSES
+    assert not lifecycle.CLAIMABLE_STATUSES & TERMINAL_STATUSES
+    assert lifecycle.values([JobStatus.QUEUED, JobStatus.IMPORTING]) == ["importing", "queued"]
 
 
 @given(

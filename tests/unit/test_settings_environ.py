@@ -43,3 +43,23 @@ def test_an_empty_value_is_unset() -> None:
 def test_a_bad_integer_is_a_configuration_error_naming_the_variable(raw: str) -> None:
     with pytest.raises(ConfigurationError, match="IMPORTER_QUEUE_DEPTH"):
         Settings.from_environ({"IMPORTER_QUEUE_DEPTH": raw})
+
+
+def test_worker_settings() -> None:
+    defaults = Settings.from_environ({})
+    assert (defaults.lease_seconds, defaults.max_imports_per_client) == (30.0, 2)
+    settings = Settings.from_environ(
+        {"IMPORTER_LEASE_SECONDS": "2.5", "IMPORTER_MAX_IMPORTS_PER_CLIENT": "5"}
+    )
+    assert (settings.lease_seconds, settings.max_imports_per_client) == (2.5, 5)
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-1", "nan", "inf"])
+def test_a_bad_lease_is_a_configuration_error_naming_the_variable(raw: str) -> None:
+    with pytest.raises(ConfigurationError, match="IMPORTER_LEASE_SECONDS"):
+        Settings.from_environ({"IMPORTER_LEASE_SECONDS": raw})
+
+
+def test_a_bad_max_imports_per_client_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="IMPORTER_MAX_IMPORTS_PER_CLIENT"):
+        Settings.from_environ({"IMPORTER_MAX_IMPORTS_PER_CLIENT": "0"})

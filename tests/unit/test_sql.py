@@ -26,3 +26,20 @@ def test_schema_is_idempotent_by_construction() -> None:
         stripped = line.strip().upper()
         if stripped.startswith("CREATE "):  # ALTER SEQUENCE … CACHE is idempotent by nature
             assert "IF NOT EXISTS" in stripped, line
+        if stripped.startswith("ALTER TABLE") and " ADD COLUMN " in stripped:
+            assert "ADD COLUMN IF NOT EXISTS" in stripped, line
+        if stripped.startswith("DROP "):
+            assert "IF EXISTS" in stripped, line
+
+
+def test_job_queries_ship() -> None:
+    assert {
+        "record_batch_fenced",
+        "claim_job",
+        "renew_lease",
+        "release_lease",
+        "start_job",
+        "view_job",
+        "list_jobs",
+        "list_user_jobs",
+    } <= set(queries())

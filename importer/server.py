@@ -1,0 +1,83 @@
+"""``importer serve``: the API and the job workers in one uvicorn process (uvloop).
+
+SIGTERM or SIGINT drains: the workers stop taking jobs at once (in-flight batches finish and
+leases are released), event streams end, uvicorn stops accepting connections and waits for the
+open ones, then the lifespan closes the workers, the pool and the object store. The exit status
+is 0 after a clean drain, 1 when the server could not start or a worker died.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable, Iterator
+from types import FrameType
+
+import uvicorn
+
+from importer.api import begin_drain, create_app
+from importer.auth import TokenVerifier
+from importer.settings import Settings
+
+# Seconds uvicorn waits for open requests after a signal before cancelling them; uploads in
+# flight get this long to finish.
+GRACEFUL_SHUTDOWN_S = 30
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class ApiServer(uvicorn.Server):
+    """uvicorn's server, with signals handled on the event loop and a drain hook.
+
+    uvicorn re-raises a captured signal after its shutdown, which would end the process with
+    the signal's default status; here a drained shutdown exits 0.
+    """
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        loop = asyncio.get_running_loop()
+        for sig in _SIGNALS:
+            loop.add_signal_handler(sig, self.handle_exit, sig, None)
+        try:
+            yield
+        finally:
+            for sig in _SIGNALS:
+                loop.remove_signal_handler(sig)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._on_exit()
+        super().handle_exit(sig, frame)
+
+
+def run_server(settings: Settings, host: str, port: int) -> int:
+    """Serve until a signal; the process's exit status."""
+    TokenVerifier.from_settings(settings)  # a missing or bad key is a usage error, said plainly
+    servers: list[ApiServer] = []
+
+    def stop_after_fatal() -> None:
+        for server in servers:
+            server.handle_exit(signal.SIGTERM, None)
+
+    app = create_app(settings, on_fatal=stop_after_fatal)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        loop="uvloop",
+        lifespan="on",
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )
+    server = ApiServer(config, on_exit=lambda: begin_drain(app))
+    servers.append(server)
+    server.run()
+    resources = getattr(app.state, "resources", None)
+    if not server.started or (resources is not None and resources.workers.failure is not None):
+        return 1
+    return 0
