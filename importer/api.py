@@ -61,7 +61,7 @@ from importer.imports import (
     parse_history_query,
 )
 from importer.metrics import ApiMetrics, MetricsMiddleware
-from importer.options import MAX_INT8
+from importer.options import MAX_INT8, NUL_MESSAGE
 from importer.ports import JobView, ObjectStore, StoredObject
 from importer.settings import Settings
 from importer.streams import (
@@ -301,6 +301,8 @@ def _operation_id(request: Request, body: dict[str, object]) -> str:
         raise InvalidRequestError(
             [("operation_id", f"must be a string of 1 to {MAX_OPERATION_ID_CHARS} characters")]
         )
+    if "\x00" in given:
+        raise InvalidRequestError([("operation_id", NUL_MESSAGE)])
     return given
 
 

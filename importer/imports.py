@@ -41,6 +41,7 @@ from importer.models import (
     RowIssue,
 )
 from importer.options import (
+    NUL_MESSAGE,
     OPTION_FIELDS,
     FiringIntent,
     ImportOptions,
@@ -251,6 +252,8 @@ def parse_history_query(
     user_id: str | None, statuses: Sequence[str], cursor: str | None, limit: str | None
 ) -> HistoryQuery:
     problems = Problems()
+    if user_id is not None and "\x00" in user_id:
+        problems.add("user_id", NUL_MESSAGE)
     parsed: list[JobStatus] = []
     for status in statuses:
         try:

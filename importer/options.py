@@ -33,6 +33,11 @@ MAX_INT4 = 2**31 - 1
 MAX_INT8 = 2**63 - 1
 # Kinds of firing intents (seed 003 §10).
 INTENT_KINDS = ("hsm", "sms", "email")
+# A client's JSON document (a layout, an intent's params) is stored as jsonb and written back by
+# orjson, which stops at 254 levels of nesting; a layout needs a handful.
+MAX_JSON_DEPTH = 32
+# PostgreSQL's text and jsonb cannot hold U+0000: refused here, not by the database as a 503.
+NUL_MESSAGE = "must not contain NUL characters"
 
 _SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._\-]+")
@@ -145,7 +150,25 @@ def parse_text(value: object, max_chars: int) -> str:
         raise ValueError("must be a non-empty string")
     if len(value) > max_chars:
         raise ValueError(f"must be at most {max_chars} characters")
+    if "\x00" in value:
+        raise ValueError(NUL_MESSAGE)
     return value.strip()
+
+
+def json_value_problem(value: object) -> str | None:
+    """Why a client's JSON value cannot be stored and shown back (a NUL in a string or a key,
+    nesting past ``MAX_JSON_DEPTH``), or None. Iterative: a deep value costs no recursion."""
+    pending: list[tuple[object, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, str) and "\x00" in item:
+            return NUL_MESSAGE
+        if isinstance(item, dict | list):
+            if depth >= MAX_JSON_DEPTH:
+                return f"must not nest more than {MAX_JSON_DEPTH} levels deep"
+            children = [*item, *item.values()] if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return None
 
 
 def parse_tags(value: object) -> tuple[str, ...]:
@@ -156,6 +179,8 @@ def parse_tags(value: object) -> tuple[str, ...]:
         items = orjson.loads(text) if text.startswith("[") else text.split(",")
     if not isinstance(items, list) or not all(isinstance(t, str) for t in items):
         raise ValueError("must be a list of strings or a comma-separated list")
+    if any("\x00" in t for t in items):
+        raise ValueError(NUL_MESSAGE)
     tags = tuple(dict.fromkeys(t.strip() for t in items if t.strip()))
     if len(tags) > MAX_TAGS:
         raise ValueError(f"at most {MAX_TAGS} tags")
@@ -169,6 +194,9 @@ def parse_layout_document(value: object) -> dict[str, object]:
     document = orjson.loads(value) if isinstance(value, str | bytes) else value
     if not isinstance(document, dict):
         raise TypeError("must be a JSON object")
+    problem = json_value_problem(document)
+    if problem is not None:
+        raise ValueError(problem)
     try:
         parse_layout(document)
     except LayoutError as exc:
@@ -290,6 +318,9 @@ def parse_intent(value: object) -> FiringIntent:
     params = document.get("params", {})
     if not isinstance(params, dict):
         raise TypeError("params must be a JSON object")
+    problem = json_value_problem(params)
+    if problem is not None:
+        raise ValueError(f"params {problem}")
     if set(document) - {"kind", "params"}:
         raise ValueError("only kind and params are accepted")
     return FiringIntent(str(kind), params)
