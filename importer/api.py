@@ -212,7 +212,8 @@ def _resources(request: Request) -> Resources:
     return resources
 
 
-def _service(request: Request) -> ImportService:
+async def _service(request: Request) -> ImportService:
+    # async: FastAPI runs a plain-def dependency in its thread pool, a thread hop per request.
     return _resources(request).service
 
 

@@ -406,6 +406,9 @@ class PostgresStore:
                 (contact_id, client, field_ids[lower], value)
                 for lower, (_, value) in c.custom_fields.items()
             ]
+        # Let the event loop serve others (HTTP requests in `importer serve`) between building
+        # the batch's rows and encoding them: each step is several milliseconds of Python.
+        await asyncio.sleep(0)
         for table, rows, columns in (
             ("contact", contact_rows, _CONTACT),
             ("contact_details", detail_rows, _DETAIL),
