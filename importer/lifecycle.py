@@ -145,9 +145,14 @@ def run_ending(
     return RunEnding.RELEASED
 
 
+# The heartbeat also carries the cancel check: a cancel takes effect within this many seconds.
+HEARTBEAT_MAX_S = 2.0
+
+
 def heartbeat_interval(lease_s: float) -> float:
-    """Renew three times per lease: two renewals may fail before the lease can expire."""
-    return lease_s / 3
+    """Renew at least three times per lease (two renewals may fail before it can expire), and
+    at least every ``HEARTBEAT_MAX_S`` so that a cancel stops the run promptly."""
+    return min(lease_s / 3, HEARTBEAT_MAX_S)
 
 
 def batch_counters(batch: Batch, strategy: ConflictStrategy, new_keys: int) -> Counters:

@@ -3,9 +3,10 @@
 A worker claims the oldest claimable job (:meth:`JobQueue.claim_job`: a queued one, or one left
 by a worker whose lease expired), verifies the stored file against the size and sha256 sealed
 on the job, and runs its :class:`~importer.pipeline.ImportRun` with the job's own chunk size,
-partitions and layout. A named heartbeat task renews the lease every third of it; when the
-lease is lost or a cancel is requested it sets the run's stop event, and the run returns
-between chunks once its in-flight batches are applied. Then (``lifecycle.run_ending``):
+partitions and layout. A named heartbeat task renews the lease every third of it (at least
+every 2 s); when the lease is lost or a cancel is requested it sets the run's stop event, and
+the run returns between chunks once its in-flight batches are applied. Then
+(``lifecycle.run_ending``):
 
 * finished — the run finalized the job;
 * lease lost — another worker owns the job: nothing more is written (the store fences it);
@@ -255,7 +256,8 @@ class Worker:
         return None
 
     async def _heartbeat(self, job_id: uuid.UUID, job_run: _JobRun) -> None:
-        """Renew the lease every third of it; stop the run when it is lost or a cancel comes.
+        """Renew the lease every third of it (at most 2 s apart); stop the run when it is lost or a
+        cancel comes.
 
         A failed renewal is retried at the next beat: the fenced writes keep the job safe
         meanwhile, whoever holds it.

@@ -133,7 +133,8 @@ def test_run_endings(
 
 
 def test_heartbeat_beats_three_times_per_lease() -> None:
-    assert lifecycle.heartbeat_interval(30.0) == 10.0
+    assert lifecycle.heartbeat_interval(30.0) == lifecycle.HEARTBEAT_MAX_S  # cancels stay prompt
+    assert lifecycle.heartbeat_interval(3.0) == 1.0  # a short lease: three renewals per lease
 
 
 def test_status_sets() -> None:
