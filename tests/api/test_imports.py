@@ -299,7 +299,7 @@ async def test_create_from_key_then_start_idempotent_then_409(
                 f"/v1/imports/{job_id}/start",
                 headers={**auth(bearer), "Idempotency-Key": f"op-{i}"},
             )
-            for i in range(10)
+            for i in range(20)  # the 20 concurrent starts: one transition, one run
         )
     )
     codes = [s.status_code for s in starts]
