@@ -63,6 +63,7 @@ from importer.imports import (
 from importer.metrics import ApiMetrics, MetricsMiddleware
 from importer.options import MAX_INT8, NUL_MESSAGE
 from importer.ports import JobView, ObjectStore, StoredObject
+from importer.priority import PriorityMiddleware, RequestPriority
 from importer.settings import Settings
 from importer.streams import (
     Body,
@@ -189,7 +190,9 @@ async def open_resources(
         catalog = CatalogStore(pool, store)
 
         def make_worker(owner: str, stop: asyncio.Event) -> Worker:
-            return Worker(queue, objects, settings, owner=owner, stop=stop)
+            return Worker(
+                queue, objects, settings, owner=owner, stop=stop, throttle=app.state.priority
+            )
 
         workers = WorkerGroup(make_worker, settings.workers_per_process, on_fatal, metrics)
         service = ImportService(store, catalog, objects, settings)
@@ -823,7 +826,9 @@ def create_app(settings: Settings, *, on_fatal: Callable[[], None] | None = None
         redoc_url=None,
         openapi_url="/openapi.json",
     )
+    app.state.priority = RequestPriority()  # the workers' imports give way to requests
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(PriorityMiddleware, priority=app.state.priority)
     _install_error_handlers(app)
     app.include_router(router)
     return app

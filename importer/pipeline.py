@@ -29,7 +29,7 @@ from importer.models import (
     Reason,
     RowIssue,
 )
-from importer.ports import Finalized, Progress, Source, Store
+from importer.ports import Finalized, Progress, Source, Store, Throttle
 from importer.reader import (
     CsvReader,
     GzipInflater,
@@ -63,6 +63,13 @@ class PipelineConfig:
     read_block_bytes: int = 256 * 1024
     queue_depth: int = 2
     max_batch_attempts: int = 4
+
+
+class NoThrottle:
+    """The command line's import: nothing to give way to."""
+
+    async def wait_turn(self) -> None:
+        return
 
 
 class NullProgress:
@@ -326,8 +333,10 @@ class ImportRun:
         config: PipelineConfig,
         progress: Progress | None = None,
         stop: asyncio.Event | None = None,
+        throttle: Throttle | None = None,
     ) -> None:
         self.job = job
+        self._throttle: Throttle = throttle or NoThrottle()
         self._source = source
         self._store = store
         self._config = config
@@ -407,7 +416,7 @@ class ImportRun:
             self.state.bytes_read += len(block)
             _check_size(self.state.bytes_read, limit)
             parser.push(block)
-            while (batches := await asyncio.to_thread(parser.pull)) is not None:
+            while (batches := await self._parse(parser)) is not None:
                 started = await self._ensure_started(parser.chunker, started)
                 await self._submit(batches, done)
             if self.stop.is_set():
@@ -415,6 +424,11 @@ class ImportRun:
         batches = await asyncio.to_thread(parser.finish)
         started = await self._ensure_started(parser.chunker, started)
         await self._submit(batches, done)
+
+    async def _parse(self, parser: BlockParser) -> list[Batch] | None:
+        """The next piece's batches, parsed in a thread once the throttle gives the turn."""
+        await self._throttle.wait_turn()
+        return await asyncio.to_thread(parser.pull)
 
     async def _ensure_started(self, chunker: Chunker, started: bool) -> bool:
         """Create new custom fields before any batch using them; enter ``importing`` once."""
@@ -442,6 +456,7 @@ class ImportRun:
         queue = self._queues[partition]
         store = self._store
         while (batch := await queue.get()) is not None:
+            await self._throttle.wait_turn()
             counters = await self._apply(store, batch)
             self.state.counters.add(counters)
             self._progress.on_batch(self.state.counters, self.state.bytes_read)

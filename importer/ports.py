@@ -176,6 +176,14 @@ class Source(Protocol):
     def blocks(self, block_size: int) -> AsyncIterator[bytes]: ...
 
 
+class Throttle(Protocol):
+    """Lets an import give way to more urgent work in its process (the API's requests)."""
+
+    async def wait_turn(self) -> None:
+        """Return when the import may do its next piece of work (soon, in any case)."""
+        ...
+
+
 class Progress(Protocol):
     """Receives the pipeline's progress; called once per batch, never per row."""
 

@@ -44,7 +44,7 @@ from importer.exceptions import (
 from importer.lifecycle import RunEnding
 from importer.models import Counters, Job, JobStatus, Reason
 from importer.pipeline import ImportRun, PipelineConfig
-from importer.ports import Finalized, JobQueue, ObjectStore
+from importer.ports import Finalized, JobQueue, ObjectStore, Throttle
 from importer.service import ObjectSource
 from importer.settings import Settings
 from importer.validate import parse_layout
@@ -79,8 +79,10 @@ class Worker:
         stop: asyncio.Event,
         max_jobs: int = 1,
         burst: bool = False,
+        throttle: Throttle | None = None,
     ) -> None:
         self.owner = owner
+        self._throttle = throttle
         self._store = store
         self._objects = objects
         self._settings = settings
@@ -216,7 +218,9 @@ class Worker:
             return await self._fail(job, job_run, Reason.SOURCE_UNREADABLE)
         except LayoutError:
             return await self._fail(job, job_run, Reason.INVALID_LAYOUT)
-        run = ImportRun(job, source, self._store, config, stop=job_run.stop)
+        run = ImportRun(
+            job, source, self._store, config, stop=job_run.stop, throttle=self._throttle
+        )
         job_run.counters = run.state.counters
         return await run.run()
 
