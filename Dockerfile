@@ -1,17 +1,40 @@
 # syntax=docker/dockerfile:1
-# First version: the CLI and its dependencies. The service (issue 3) adds serve + HEALTHCHECK.
+# The importer's image: `importer serve` (the API + IMPORTER_WORKERS job workers) by default;
+# `docker run IMAGE worker` or `IMAGE db migrate` for the other commands.
+
+# Build stage: install the project and its dependencies into a virtualenv at /opt/venv
+# (every dependency has a manylinux wheel: no compiler needed).
 FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
+RUN python -m venv /opt/venv
 COPY pyproject.toml README.md ./
 COPY importer ./importer
-RUN pip install --no-cache-dir --prefix=/install .
+RUN /opt/venv/bin/pip install .
 
+# Runtime stage: the slim base plus the virtualenv only (same base, so its python path holds).
 FROM python:3.11-slim
-RUN useradd --create-home --uid 10001 importer
-COPY --from=build /install /usr/local
-USER importer
-WORKDIR /home/importer
-ENV DATABASE_URL=postgresql://postgres@db:5432/postgres \
-    IMPORTER_LOG_FORMAT=json
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH \
+    IMPORTER_LOG_FORMAT=json \
+    IMPORTER_STORAGE_DIR=/var/lib/importer/objects
+# A fixed uid/gid, so a mounted volume's ownership is predictable.
+RUN groupadd --system --gid 10001 importer \
+    && useradd --system --uid 10001 --gid importer --home-dir /var/lib/importer \
+        --no-create-home --shell /usr/sbin/nologin importer \
+    && install -d -o importer -g importer -m 0750 /var/lib/importer /var/lib/importer/objects
+COPY --from=build /opt/venv /opt/venv
+USER 10001:10001
+WORKDIR /var/lib/importer
+# Uploaded files when S3_ENDPOINT_URL is unset (the local object store).
+VOLUME ["/var/lib/importer/objects"]
+EXPOSE 8000
+# /healthz answers while the process lives; /readyz adds the database, storage and workers.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4)"]
 ENTRYPOINT ["importer"]
-CMD ["--help"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -45,6 +45,10 @@ class TransientStoreError(StoreError):
     """The database operation failed for a reason that may pass (connection, lock, deadlock)."""
 
 
+class ContentRefusedError(StoreError):
+    """The database refused the content of a batch (a constraint, a value it cannot store)."""
+
+
 class BatchAlreadyAppliedError(ImporterError):
     """This chunk was already applied: the repeat is a no-op."""
 

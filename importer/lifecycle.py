@@ -1,10 +1,11 @@
 """Pure decisions: job status transitions, starts, cancels and run endings, batch outcome
-counters and retry routing."""
+counters, retry routing and the splitting of refused batches."""
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
+from dataclasses import replace
 
 from importer.exceptions import (
     IllegalTransitionError,
@@ -173,8 +174,87 @@ def batch_counters(batch: Batch, strategy: ConflictStrategy, new_keys: int) -> C
 
 
 def discarded_counters(batch: Batch) -> Counters:
-    """Counters of a batch given up after all retries: its valid rows count as ``error``."""
+    """Counters of a batch given up after all retries, or of a rejected poison row: its valid
+    rows count as ``error``."""
     return Counters(rows_read=batch.rows_read, invalid=batch.invalid, error=len(batch.rows))
+
+
+class FailureKind(enum.Enum):
+    TRANSIENT = "transient"  # may pass: a lost connection, a deadlock, a time-out
+    CONTENT = "content"  # the database refused the rows: a constraint, a value it cannot store
+    OTHER = "other"  # anything else: retrying or splitting cannot help
+
+
+class FailureAction(enum.Enum):
+    RETRY = "retry"  # a transient failure with attempts left: back off and try again
+    DISCARD = "discard"  # give the piece up: its valid rows count as ``error``
+    SPLIT = "split"  # the database refused the content: apply the halves, in order
+    REJECT = "reject"  # a single row the database refuses: the poison row, alone an ``error``
+
+
+def failure_action(
+    batch: Batch, attempt: int, max_attempts: int, kind: FailureKind
+) -> FailureAction:
+    """What to do with a batch (or piece) whose apply failed on ``attempt``.
+
+    Transient failures keep the retry/backoff path and are discarded whole once attempts run
+    out: splitting cannot help a database that is away. A content failure splits the piece
+    until the refused row stands alone, as pgloader's ``copy-retry-batch`` does; a piece
+    without rows (its issues only) has nothing to split and is discarded, as is a piece that
+    failed for any other reason (a missing table or a permission would fail every row alike).
+    """
+    if kind is FailureKind.TRANSIENT:
+        return FailureAction.RETRY if attempt < max_attempts else FailureAction.DISCARD
+    if kind is FailureKind.OTHER or not batch.rows:
+        return FailureAction.DISCARD
+    return FailureAction.SPLIT if len(batch.rows) > 1 else FailureAction.REJECT
+
+
+def split_batch(batch: Batch) -> tuple[Batch, Batch]:
+    """The two halves of a refused batch (or piece), to apply in this order.
+
+    Rows keep file order (the first half holds the earlier rows), so per key, rows still reach
+    the database in file order. Both halves keep chunk_no and partition; their parts are
+    ``2p`` and ``2p + 1`` (see :attr:`Batch.part`), the same on every run, so a resumed run
+    re-splitting the batch finds the pieces its ledger marks done. The first half carries the
+    batch's issues and invalid count: each is recorded exactly once.
+    """
+    if len(batch.rows) < 2:
+        raise ValueError("only a batch of two rows or more splits")
+    middle = len(batch.rows) // 2
+    first = replace(batch, rows=batch.rows[:middle], part=2 * batch.part)
+    second = replace(
+        batch,
+        rows=batch.rows[middle:],
+        issues=(),
+        invalid=0,
+        part=2 * batch.part + 1,
+        first_line=batch.rows[middle].line,
+    )
+    return first, second
+
+
+def is_within(part: int, ancestor: int) -> bool:
+    """Whether piece ``part`` is ``ancestor`` or one of the pieces splitting it produces."""
+    while part > ancestor:
+        part //= 2
+    return part == ancestor
+
+
+def split_on_resume(part: int, done_parts: Iterable[int]) -> bool:
+    """Whether a resumed run must split piece ``part`` without trying it whole: a previous run
+    split it and committed some of its pieces (applying it whole would apply those twice)."""
+    return any(p != part and is_within(p, part) for p in done_parts)
+
+
+def done_parts(done: Iterable[tuple[int, int, int]]) -> dict[tuple[int, int], frozenset[int]]:
+    """The ledger's done (chunk_no, partition, part) keys grouped by batch, for the pieces of
+    split batches (whole batches, part 1, are skipped before they are queued)."""
+    parts: dict[tuple[int, int], set[int]] = {}
+    for chunk_no, partition, part in done:
+        if part != 1:
+            parts.setdefault((chunk_no, partition), set()).add(part)
+    return {key: frozenset(found) for key, found in parts.items()}
 
 
 def should_retry(attempt: int, max_attempts: int, transient: bool) -> bool:

@@ -91,6 +91,8 @@ class Reason(enum.StrEnum):
     VALUE_TOO_LONG = "value_too_long"
     # row error: applied rows lost after all retries
     CHUNK_DISCARDED = "chunk_discarded"
+    # row error: the database refused this row alone (its batch was split down to it)
+    ROW_REJECTED = "row_rejected"
     # file level
     EMPTY_FILE = "empty_file"
     MISSING_REQUIRED_COLUMN = "missing_required_column"
@@ -210,6 +212,10 @@ class Batch:
 
     Partition 0 also carries the chunk's invalid rows and every issue of the chunk, so each
     row read is counted by exactly one batch.
+
+    ``part`` numbers the pieces of a batch the database refused and the importer split
+    (``lifecycle.split_batch``), heap-style: 1 is the whole batch, the halves of piece ``p`` are
+    ``2p`` and ``2p + 1``. Every piece has its own ledger row.
     """
 
     chunk_no: int
@@ -219,11 +225,13 @@ class Batch:
     rows: tuple[ContactRow, ...]
     issues: tuple[RowIssue, ...] = ()
     invalid: int = 0
+    part: int = 1
 
     @property
     def rows_read(self) -> int:
         return len(self.rows) + self.invalid
 
     @property
-    def key(self) -> tuple[int, int]:
-        return (self.chunk_no, self.partition)
+    def key(self) -> tuple[int, int, int]:
+        """The ledger's identity of the batch (or of one of its pieces)."""
+        return (self.chunk_no, self.partition, self.part)

@@ -18,7 +18,12 @@ from dataclasses import dataclass, field
 import structlog
 
 from importer import lifecycle
-from importer.exceptions import FileRejectedError, StoreError, TransientStoreError
+from importer.exceptions import (
+    ContentRefusedError,
+    FileRejectedError,
+    StoreError,
+    TransientStoreError,
+)
 from importer.models import (
     Batch,
     ContactRow,
@@ -78,6 +83,14 @@ class NullProgress:
 
     def on_batch(self, counters: Counters, bytes_read: int) -> None:
         pass
+
+
+def _failure_kind(exc: StoreError) -> lifecycle.FailureKind:
+    if isinstance(exc, TransientStoreError):
+        return lifecycle.FailureKind.TRANSIENT
+    if isinstance(exc, ContentRefusedError):
+        return lifecycle.FailureKind.CONTENT
+    return lifecycle.FailureKind.OTHER
 
 
 def partition_of(key: str, partitions: int) -> int:
@@ -346,6 +359,8 @@ class ImportRun:
         self._queues: list[asyncio.Queue[Batch | None]] = [
             asyncio.Queue(config.queue_depth) for _ in range(job.partitions)
         ]
+        # (chunk_no, partition) → the parts of split batches the ledger marks done (resume).
+        self._done_parts: dict[tuple[int, int], frozenset[int]] = {}
 
     async def run(self) -> Finalized | None:
         """Run to the end: the finalization's result, or None when stopped before the end.
@@ -360,6 +375,7 @@ class ImportRun:
         await store.transition(self.job.id, lifecycle.entry_status(self.job.status), owner=owner)
         self._progress.on_start(self._source.size)
         done = await store.done_batches(self.job.id)
+        self._done_parts = lifecycle.done_parts(done)
         await self._supervise(done)
         if self.state.failure is not None:
             failure = self.state.failure
@@ -374,7 +390,7 @@ class ImportRun:
             return None
         return await store.finalize(self.job.id, None, owner=owner)
 
-    async def _supervise(self, done: frozenset[tuple[int, int]]) -> None:
+    async def _supervise(self, done: frozenset[tuple[int, int, int]]) -> None:
         """Run the reader and the consumers; if one dies, stop the others and re-raise."""
         tasks = [asyncio.create_task(self._read(done), name=f"reader:{self.job.id}")]
         tasks += [
@@ -394,7 +410,7 @@ class ImportRun:
                     task.cancel()  # last resort: a sibling failed
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _read(self, done: frozenset[tuple[int, int]]) -> None:
+    async def _read(self, done: frozenset[tuple[int, int, int]]) -> None:
         """Feed the consumers, then tell each that its partition ended (stopped or not)."""
         try:
             await self._read_blocks(done)
@@ -404,7 +420,7 @@ class ImportRun:
         for queue in self._queues:
             await queue.put(None)
 
-    async def _read_blocks(self, done: frozenset[tuple[int, int]]) -> None:
+    async def _read_blocks(self, done: frozenset[tuple[int, int, int]]) -> None:
         """Stream the source; parse each block in a thread so consumers keep the loop.
 
         Returns early once ``stop`` is set: the batches not yet queued are left for a later run.
@@ -444,7 +460,7 @@ class ImportRun:
             return True
         return started
 
-    async def _submit(self, batches: list[Batch], done: frozenset[tuple[int, int]]) -> None:
+    async def _submit(self, batches: list[Batch], done: frozenset[tuple[int, int, int]]) -> None:
         """Queue the batches not done yet; once ``stop`` is set, no more (between chunks)."""
         for batch in batches:
             if self.stop.is_set():
@@ -462,24 +478,37 @@ class ImportRun:
             self._progress.on_batch(self.state.counters, self.state.bytes_read)
 
     async def _apply(self, store: Store, batch: Batch) -> Counters:
-        """Apply with retries; a batch that keeps failing is recorded as discarded."""
+        """Apply a batch (or a piece of one) with retries.
+
+        A transient failure retries with backoff and, once attempts run out, discards the piece.
+        A content failure (the database refused a row) splits the piece and applies its halves
+        in order, down to the poison row, which alone is rejected (``lifecycle.failure_action``).
+        """
+        done = self._done_parts.get((batch.chunk_no, batch.partition), frozenset())
+        if batch.part in done:  # a piece a previous run committed
+            return Counters()
+        if lifecycle.split_on_resume(batch.part, done):
+            return await self._apply_halves(store, batch)
         batch_log = log.bind(
             job_id=str(self.job.id), chunk=batch.chunk_no, partition=batch.partition
         )
+        if batch.part != 1:
+            batch_log = batch_log.bind(part=batch.part)
         started = time.perf_counter()
         attempt = 0
         while True:
             attempt += 1
             try:
                 counters = await store.apply_batch(self.job, batch)
-            except TransientStoreError as exc:
-                if lifecycle.should_retry(attempt, self._config.max_batch_attempts, True):
+            except StoreError as exc:
+                action = lifecycle.failure_action(
+                    batch, attempt, self._config.max_batch_attempts, _failure_kind(exc)
+                )
+                if action is lifecycle.FailureAction.RETRY:
                     batch_log.warning("batch_retry", attempt=attempt, error=str(exc))
                     await asyncio.sleep(lifecycle.retry_delay(attempt))
                     continue
-                return await self._discard(store, batch, attempt, exc, batch_log)
-            except StoreError as exc:  # the database refused the content: retrying cannot help
-                return await self._discard(store, batch, attempt, exc, batch_log)
+                return await self._on_failure(store, batch, action, attempt, exc, batch_log)
             applied = counters if counters is not None else Counters()
             batch_log.info(  # the canonical line of a batch
                 "chunk_applied",
@@ -494,14 +523,30 @@ class ImportRun:
             )
             return applied
 
-    async def _discard(
+    async def _on_failure(
         self,
         store: Store,
         batch: Batch,
+        action: lifecycle.FailureAction,
         attempts: int,
         exc: Exception,
         batch_log: structlog.typing.FilteringBoundLogger,
     ) -> Counters:
-        batch_log.error("batch_discarded", attempts=attempts, error=str(exc))
-        await store.discard_batch(self.job, batch, attempts, str(exc))
+        """Split, reject or discard a piece that failed for good."""
+        if action is lifecycle.FailureAction.SPLIT:
+            batch_log.warning("batch_split", rows=len(batch.rows), error=str(exc))
+            return await self._apply_halves(store, batch)
+        if action is lifecycle.FailureAction.REJECT:
+            batch_log.warning("row_rejected", line=batch.rows[0].line, error=str(exc))
+            reason = Reason.ROW_REJECTED
+        else:
+            batch_log.error("batch_discarded", attempts=attempts, error=str(exc))
+            reason = Reason.CHUNK_DISCARDED
+        await store.discard_batch(self.job, batch, attempts, str(exc), reason=reason)
         return lifecycle.discarded_counters(batch)
+
+    async def _apply_halves(self, store: Store, batch: Batch) -> Counters:
+        """The halves one after the other: per key, rows keep file order."""
+        first, second = lifecycle.split_batch(batch)
+        applied_first = await self._apply(store, first)
+        return lifecycle.sum_counters((applied_first, await self._apply(store, second)))

@@ -16,6 +16,7 @@ from importer.models import (
     InputFormat,
     Job,
     JobStatus,
+    Reason,
     RowIssue,
 )
 
@@ -118,14 +119,26 @@ class Store(Protocol):
         """Create the client's missing custom fields; return how many were new."""
         ...
 
-    async def done_batches(self, job_id: uuid.UUID) -> frozenset[tuple[int, int]]: ...
-
-    async def apply_batch(self, job: Job, batch: Batch) -> Counters | None:
-        """Apply a batch, its issues, counters and done mark atomically; None if already done."""
+    async def done_batches(self, job_id: uuid.UUID) -> frozenset[tuple[int, int, int]]:
+        """The ledger's (chunk_no, partition, part) keys: whole batches and split pieces."""
         ...
 
-    async def discard_batch(self, job: Job, batch: Batch, attempts: int, error: str) -> None:
-        """Record a batch given up after all retries: its valid rows count as ``error``."""
+    async def apply_batch(self, job: Job, batch: Batch) -> Counters | None:
+        """Apply a batch (or a piece of one, :attr:`Batch.part`), its issues, counters and done
+        mark atomically; None if already done."""
+        ...
+
+    async def discard_batch(
+        self,
+        job: Job,
+        batch: Batch,
+        attempts: int,
+        error: str,
+        *,
+        reason: Reason = Reason.CHUNK_DISCARDED,
+    ) -> None:
+        """Record a batch given up after all retries, or a poison row the database refused
+        (``reason`` row_rejected): its valid rows count as ``error``, each with ``reason``."""
         ...
 
     async def finalize(

@@ -4,15 +4,20 @@ SIGTERM or SIGINT drains: the workers stop taking jobs at once (in-flight batche
 leases are released), event streams end, uvicorn stops accepting connections and waits for the
 open ones, then the lifespan closes the workers, the pool and the object store. The exit status
 is 0 after a clean drain, 1 when the server could not start or a worker died.
+
+Under systemd (``Type=notify``, ``deploy/importer.service``) it sends ``READY=1`` once the
+lifespan has started and the socket listens, and ``STOPPING=1`` when the drain begins.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
 
 import uvicorn
@@ -25,6 +30,25 @@ from importer.settings import Settings
 # flight get this long to finish.
 GRACEFUL_SHUTDOWN_S = 30
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def sd_notify(state: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Send ``state`` to systemd's ``$NOTIFY_SOCKET`` (sd_notify(3), no libsystemd needed).
+
+    False when not started by systemd with a notify socket, or when the send fails: the
+    service runs the same either way.
+    """
+    address = environ.get("NOTIFY_SOCKET", "")
+    if not address.startswith(("/", "@")):
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]  # a Linux abstract socket
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            sock.sendto(state.encode(), address)
+    except OSError:
+        return False
+    return True
 
 
 class ApiServer(uvicorn.Server):
@@ -49,7 +73,13 @@ class ApiServer(uvicorn.Server):
             for sig in _SIGNALS:
                 loop.remove_signal_handler(sig)
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            sd_notify("READY=1")
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        sd_notify("STOPPING=1")
         self._on_exit()
         super().handle_exit(sig, frame)
 

@@ -22,7 +22,9 @@ from importer.models import (
     InputFormat,
     Job,
     JobStatus,
+    Reason,
     RowIssue,
+    Severity,
 )
 from importer.ports import Finalized, NewJob
 
@@ -93,7 +95,7 @@ class InMemoryStore:
     def __init__(self) -> None:
         self.model = ReferenceModel()
         self.jobs: dict[uuid.UUID, Job] = {}
-        self.ledger: dict[uuid.UUID, dict[tuple[int, int], Counters]] = {}
+        self.ledger: dict[uuid.UUID, dict[tuple[int, int, int], Counters]] = {}
         self.issues: dict[uuid.UUID, list[RowIssue]] = {}
         self.custom_fields: dict[tuple[int, str], str] = {}
         self.created_fields: dict[uuid.UUID, int] = {}
@@ -141,7 +143,7 @@ class InMemoryStore:
         self.created_fields[job.id] = self.created_fields.get(job.id, 0) + created
         return created
 
-    async def done_batches(self, job_id: uuid.UUID) -> frozenset[tuple[int, int]]:
+    async def done_batches(self, job_id: uuid.UUID) -> frozenset[tuple[int, int, int]]:
         return frozenset(self.ledger[job_id])
 
     async def apply_batch(self, job: Job, batch: Batch) -> Counters | None:
@@ -159,8 +161,20 @@ class InMemoryStore:
         self.issues[job.id].extend(batch.issues)
         return counters
 
-    async def discard_batch(self, job: Job, batch: Batch, attempts: int, error: str) -> None:  # noqa: ARG002 (the port's signature)
-        self.ledger[job.id].setdefault(batch.key, lifecycle.discarded_counters(batch))
+    async def discard_batch(
+        self,
+        job: Job,
+        batch: Batch,
+        attempts: int,  # noqa: ARG002 (the port's signature)
+        error: str,
+        *,
+        reason: Reason = Reason.CHUNK_DISCARDED,
+    ) -> None:
+        if batch.key in self.ledger[job.id]:
+            return
+        self.ledger[job.id][batch.key] = lifecycle.discarded_counters(batch)
+        lost = (RowIssue(r.line, None, reason, error[:1024], Severity.ERROR) for r in batch.rows)
+        self.issues[job.id].extend((*batch.issues, *lost))
 
     async def finalize(
         self,

@@ -1,8 +1,8 @@
 """PostgreSQL adapter (asyncpg): the only module that talks to the database driver.
 
 Driver errors are translated once, here: connection losses, deadlocks, serialization failures
-and lock or statement time-outs become :class:`TransientStoreError`, anything else
-:class:`StoreError`.
+and lock or statement time-outs become :class:`TransientStoreError`, a refused value or
+constraint :class:`ContentRefusedError`, anything else :class:`StoreError`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from asyncpg.pool import PoolConnectionProxy
 from importer import lifecycle, merge
 from importer.exceptions import (
     BatchAlreadyAppliedError,
+    ContentRefusedError,
     IllegalTransitionError,
     JobNotFoundError,
     LeaseLostError,
@@ -81,13 +82,25 @@ _CUSTOM = ("contact_id", "client_id", "custom_field_id", "value")
 _ROW_ERROR = ("job_id", "line", "column_name", "reason", "severity", "value")
 
 
+# The database refused the rows themselves (SQLSTATE classes 22, 23 and 54: a bad value, a
+# constraint, an index row too large): the pipeline splits the batch down to the refused row.
+_CONTENT = (
+    asyncpg.exceptions.DataError,
+    asyncpg.exceptions.IntegrityConstraintViolationError,
+    asyncpg.exceptions.ProgramLimitExceededError,
+)
+
+
 @contextlib.contextmanager
 def translated_errors() -> Iterator[None]:
-    """Translate driver errors into the importer's own, once, at the boundary."""
+    """Translate driver errors into the importer's own, once, at the boundary (transient
+    first: a unique violation is a concurrent import's insert, not the content's fault)."""
     try:
         yield
     except _TRANSIENT as exc:
         raise TransientStoreError(f"{type(exc).__name__}: {exc}") from exc
+    except _CONTENT as exc:
+        raise ContentRefusedError(f"{type(exc).__name__}: {exc}") from exc
     except asyncpg.PostgresError as exc:
         raise StoreError(f"{type(exc).__name__}: {exc}") from exc
 
@@ -256,10 +269,10 @@ class PostgresStore:
             self._field_ids[(job.client_id, row["key"])] = row["id"]
         return created
 
-    async def done_batches(self, job_id: uuid.UUID) -> frozenset[tuple[int, int]]:
+    async def done_batches(self, job_id: uuid.UUID) -> frozenset[tuple[int, int, int]]:
         with translated_errors():
             rows = await self._pool.fetch(self._q["done_batches"], job_id)
-        return frozenset((r["chunk_no"], r["partition"]) for r in rows)
+        return frozenset((r["chunk_no"], r["partition"], r["part"]) for r in rows)
 
     # --- batches ------------------------------------------------------------------------------
 
@@ -298,10 +311,17 @@ class PostgresStore:
         self._inserted_since_analyze = 0
         self._analyze_after = lifecycle.next_analyze_threshold(self._analyze_after)
 
-    async def discard_batch(self, job: Job, batch: Batch, attempts: int, error: str) -> None:
+    async def discard_batch(
+        self,
+        job: Job,
+        batch: Batch,
+        attempts: int,
+        error: str,
+        *,
+        reason: Reason = Reason.CHUNK_DISCARDED,
+    ) -> None:
         lost = tuple(
-            RowIssue(r.line, None, Reason.CHUNK_DISCARDED, error[:1024], Severity.ERROR)
-            for r in batch.rows
+            RowIssue(r.line, None, reason, error[:1024], Severity.ERROR) for r in batch.rows
         )
         with contextlib.suppress(BatchAlreadyAppliedError), translated_errors():
             async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
@@ -335,6 +355,7 @@ class PostgresStore:
             counters.ignored,
             attempts,
             error,
+            batch.part,
         )
         if job.lease_owner is None:
             recorded = await conn.fetchval(self._q["record_batch"], *values) is not None

@@ -2,32 +2,33 @@
 
 -- name: record_batch
 -- The ledger row, last in the batch's transaction: a repeat finds the primary key taken, gets
--- no row back, and rolls the whole batch back.
+-- no row back, and rolls the whole batch back. $15: the part (1: the whole batch; the pieces
+-- of a split batch have their own rows, see Batch.part).
 INSERT INTO import_chunk (job_id, chunk_no, partition, status, first_line, end_offset,
                           rows_read, inserted, updated, invalid, error, ignored, attempts,
-                          error_message)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-ON CONFLICT (job_id, chunk_no, partition) DO NOTHING
+                          error_message, part)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+ON CONFLICT (job_id, chunk_no, partition, part) DO NOTHING
 RETURNING 1;
 
 -- name: record_batch_fenced
 -- record_batch for a worker's run, fenced by its lease in the same statement (no extra round
--- trip): the ledger row is written only while $15 holds the lease of the job, still in one of
--- the statuses $16. The job row is locked FOR KEY SHARE until the batch commits, so a reclaim
+-- trip): the ledger row is written only while $16 holds the lease of the job, still in one of
+-- the statuses $17. The job row is locked FOR KEY SHARE until the batch commits, so a reclaim
 -- (FOR UPDATE) cannot slip between this check and the commit: it waits, or skips the job.
 -- held = false: the lease is lost (the caller rolls the whole batch back); recorded = false:
 -- the batch was already applied.
 WITH lease AS (
     SELECT id FROM import_job
-    WHERE id = $1 AND lease_owner = $15 AND status = ANY($16::text[])
+    WHERE id = $1 AND lease_owner = $16 AND status = ANY($17::text[])
     FOR KEY SHARE
 ),
 recorded AS (
     INSERT INTO import_chunk (job_id, chunk_no, partition, status, first_line, end_offset,
                               rows_read, inserted, updated, invalid, error, ignored, attempts,
-                              error_message)
-    SELECT id, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 FROM lease
-    ON CONFLICT (job_id, chunk_no, partition) DO NOTHING
+                              error_message, part)
+    SELECT id, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15 FROM lease
+    ON CONFLICT (job_id, chunk_no, partition, part) DO NOTHING
     RETURNING 1
 )
 SELECT EXISTS (SELECT FROM lease) AS held, EXISTS (SELECT FROM recorded) AS recorded;
@@ -266,7 +267,7 @@ UPDATE import_job SET created_custom_fields = created_custom_fields + $2 WHERE i
 SELECT * FROM import_job WHERE id = $1;
 
 -- name: done_batches
-SELECT chunk_no, partition FROM import_chunk WHERE job_id = $1;
+SELECT chunk_no, partition, part FROM import_chunk WHERE job_id = $1;
 
 -- name: synchronous_commit
 SET LOCAL synchronous_commit = on;

@@ -153,10 +153,13 @@ CREATE INDEX IF NOT EXISTS import_job_user_history_idx
     ON import_job (client_id, user_id, created_at, id);
 
 -- The chunk ledger: a (chunk, key partition)'s writes, counters and done mark commit together.
+-- part: 1 is the whole batch; a batch the database refused is split in halves, heap-numbered
+-- (the halves of part p are 2p and 2p + 1), each piece with its own row (Batch.part).
 CREATE TABLE IF NOT EXISTS import_chunk (
     job_id         uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
     chunk_no       integer NOT NULL,
     partition      integer NOT NULL,
+    part           integer NOT NULL DEFAULT 1 CHECK (part >= 1),
     status         text NOT NULL CHECK (status IN ('done', 'discarded')),
     first_line     integer NOT NULL,
     end_offset     bigint NOT NULL,
@@ -169,9 +172,23 @@ CREATE TABLE IF NOT EXISTS import_chunk (
     attempts       integer NOT NULL DEFAULT 1,
     error_message  text,
     done_at        timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (job_id, chunk_no, partition),
+    PRIMARY KEY (job_id, chunk_no, partition, part),
     CHECK (rows_read = inserted + updated + invalid + error + ignored)
 );
+
+-- Poison-row isolation: ledgers made before it get the part column and a primary key over it.
+ALTER TABLE import_chunk ADD COLUMN IF NOT EXISTS part integer NOT NULL DEFAULT 1;
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT FROM pg_index i
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+        WHERE i.indrelid = 'import_chunk'::regclass AND i.indisprimary AND a.attname = 'part'
+    ) THEN
+        ALTER TABLE import_chunk DROP CONSTRAINT import_chunk_pkey,
+            ADD PRIMARY KEY (job_id, chunk_no, partition, part);
+    END IF;
+END $$;
 
 -- Invalid rows and warnings, with the 1-based physical line where the record starts.
 CREATE TABLE IF NOT EXISTS import_row_error (
