@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from importer import runtime
+from importer import failpoints, runtime
 from importer.auth import DEFAULT_TTL_S, MAX_CLIENT_ID, Permission, Principal, mint_token
 from importer.exceptions import ConfigurationError, ImporterError
 from importer.logs import configure_logging
@@ -264,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings.from_environ(os.environ)
     args = build_parser(settings).parse_args(argv)
     configure_logging(settings.log_format, settings.log_level)
+    failpoints.configure(settings.failpoints)
     try:
         if args.command == "db":
             uvloop.run(runtime.run_migrate(settings))

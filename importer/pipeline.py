@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from importer import lifecycle
+from importer import failpoints, lifecycle
 from importer.exceptions import (
     ContentRefusedError,
     FileRejectedError,
@@ -509,6 +509,8 @@ class ImportRun:
                     await asyncio.sleep(lifecycle.retry_delay(attempt))
                     continue
                 return await self._on_failure(store, batch, action, attempt, exc, batch_log)
+            if failpoints.armed is not None:
+                await failpoints.armed.reach(failpoints.AFTER_COMMIT)
             applied = counters if counters is not None else Counters()
             batch_log.info(  # the canonical line of a batch
                 "chunk_applied",

@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from importer import failpoints
 from importer.exceptions import ConfigurationError
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -73,6 +74,8 @@ class Settings:
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     workers_per_process: int = 1
     public_url: str = DEFAULT_PUBLIC_URL
+    # Tests only: `name=action[@n],…` (importer.failpoints); empty arms none.
+    failpoints: str = ""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Settings:
@@ -111,6 +114,7 @@ class Settings:
             max_upload_bytes=_int(environ, "IMPORTER_MAX_UPLOAD_BYTES", DEFAULT_MAX_UPLOAD_BYTES),
             workers_per_process=_int(environ, "IMPORTER_WORKERS", 1),
             public_url=(environ.get("IMPORTER_PUBLIC_URL") or DEFAULT_PUBLIC_URL).rstrip("/"),
+            failpoints=_failpoints(environ),
         )
 
 
@@ -128,6 +132,13 @@ def _int(environ: Mapping[str, str], name: str, default: int) -> int:
     if value < 1:
         raise ConfigurationError(f"{name} must be at least 1, got {value}")
     return value
+
+
+def _failpoints(environ: Mapping[str, str]) -> str:
+    """The failpoint spec, checked now: a typo is a start-up error, not a silent no-op."""
+    spec = environ.get(failpoints.ENV_VAR, "")
+    failpoints.parse(spec)
+    return spec
 
 
 def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from importer import lifecycle
+from importer import failpoints, lifecycle
 from importer.exceptions import (
     ChecksumMismatchError,
     LayoutError,
@@ -111,12 +111,15 @@ class Worker:
 
     async def _claim(self) -> Job | None:
         try:
-            return await self._store.claim_job(
+            job = await self._store.claim_job(
                 self.owner, self._settings.lease_seconds, self._settings.max_imports_per_client
             )
+            if job is not None and failpoints.armed is not None:
+                await failpoints.armed.reach(failpoints.AFTER_CLAIM)
         except TransientStoreError as exc:  # the database is away: wait a poll, try again
             log.warning("claim_failed", owner=self.owner, error=str(exc))
             return None
+        return job
 
     async def _wait(self, jobs: set[asyncio.Task[None]]) -> None:
         """Until ``stop``, a job's end or, with a free slot, a queued job or the poll interval."""

@@ -18,7 +18,7 @@ import asyncpg
 import orjson
 from asyncpg.pool import PoolConnectionProxy
 
-from importer import lifecycle, merge
+from importer import failpoints, lifecycle, merge
 from importer.exceptions import (
     BatchAlreadyAppliedError,
     ContentRefusedError,
@@ -225,9 +225,13 @@ class PostgresStore:
     ) -> Finalized | None:
         target = lifecycle.final_status(fail_reason, cancelled)
         sources = lifecycle.allowed_sources(target)
+        if failpoints.armed is not None:
+            await failpoints.armed.reach(failpoints.BEFORE_FINALIZE)
         with translated_errors():
             async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
                 row = await self._finalize_on(conn, job_id, target, fail_reason, sources, owner)
+        if failpoints.armed is not None:
+            await failpoints.armed.reach(failpoints.AFTER_FINALIZE_BEFORE_RETURN)
         if row is None:
             await self._leased_job(job_id, owner)
             return None
@@ -290,6 +294,8 @@ class PostgresStore:
                 ):
                     new_keys = await self._write_rows(conn, job, batch.rows) if batch.rows else 0
                     await self._write_issues(conn, job.id, batch.issues)
+                    if failpoints.armed is not None:
+                        await failpoints.armed.reach(failpoints.AFTER_COPY_BEFORE_COMMIT)
                     counters = lifecycle.batch_counters(batch, job.strategy, new_keys)
                     await self._record(conn, job, batch, "done", counters, 1, None)
         except BatchAlreadyAppliedError:

@@ -1,0 +1,226 @@
+"""Crash and resume (catalog T02/T03/T17): `importer worker` dies at a failpoint, or by a real
+``kill -9`` mid-import; a second worker reclaims the job once the lease expires and finishes it.
+
+After each: the job's counters and the client's contacts, details and custom values equal an
+undisturbed import of the same file (another client, same database), the counters balance
+(I1), no key twice (I2), the job is terminal with every ledger row terminal and no piece twice
+(I3), and exactly one finalization row and one notification (I4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import random
+import signal
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pytest
+
+from benchmarks.generate import generate
+from importer.failpoints import CRASH_EXIT_CODE
+from importer.models import TERMINAL_STATUSES, Counters, JobStatus
+from tests.jobs_support import (
+    WAIT_S,
+    Env,
+    as_tuple,
+    eventually,
+    job_env,
+    ledger,
+    ledger_chunks,
+    upload_job,
+)
+from tests.support import db_state, fetch, finalization_counts, import_file
+
+pytestmark = pytest.mark.acceptance
+
+ROWS = 5000
+CHUNK_SIZE = 250
+PARTITIONS = 2
+BATCHES = math.ceil(ROWS / CHUNK_SIZE) * PARTITIONS
+CLIENT = 31
+REFERENCE_CLIENT = 32
+SEED = 20_261_129
+
+
+@dataclass(frozen=True)
+class Contacts:
+    path: Path
+    rows: int
+
+
+@pytest.fixture(scope="module")
+def contacts(tmp_path_factory: pytest.TempPathFactory) -> Contacts:
+    path = tmp_path_factory.mktemp("crash") / "contacts.csv"
+    stats = generate(ROWS, SEED, path, write_meta=False)
+    return Contacts(path, stats.rows)
+
+
+@dataclass(frozen=True)
+class AfterCrash:
+    """What the database holds once the first worker died."""
+
+    batches_done: int
+    terminal: bool
+
+
+# spec → what must hold right after the crash (two consumers: a sibling may be mid-batch).
+CASES = {
+    "after_claim=crash": lambda s: s.batches_done == 0 and not s.terminal,
+    "after_copy_before_commit=crash@3": lambda s: s.batches_done <= 2 and not s.terminal,
+    "after_commit=crash@3": lambda s: 3 <= s.batches_done < BATCHES and not s.terminal,
+    "before_finalize=crash": lambda s: s.batches_done == BATCHES and not s.terminal,
+    "after_finalize_before_return=crash": lambda s: s.batches_done == BATCHES and s.terminal,
+}
+
+
+@pytest.mark.parametrize("spec", list(CASES))
+async def test_a_worker_crashed_at_a_failpoint_is_resumed_by_the_next(
+    db_dsn: str, tmp_path: Path, contacts: Contacts, spec: str
+) -> None:
+    async with job_env(db_dsn, tmp_path) as env:
+        job_id = await _queued_job(env, contacts)
+        first = await _worker(env, tmp_path / "first.log", failpoints=spec)
+        code = await asyncio.wait_for(first.wait(), WAIT_S)
+        assert code == CRASH_EXIT_CODE, _log_tail(tmp_path / "first.log")
+        after = AfterCrash(await ledger_chunks(db_dsn, job_id), await _is_terminal(env, job_id))
+        assert CASES[spec](after), after
+        await _resume(env, job_id, tmp_path / "second.log")
+    await _assert_invariants(db_dsn, job_id, contacts)
+
+
+async def test_a_worker_killed_mid_import_is_resumed_by_the_next(
+    db_dsn: str, tmp_path: Path, contacts: Contacts
+) -> None:
+    done_before_kill = random.Random(SEED).randint(3, BATCHES // 2)
+    print(f"seed {SEED}: kill -9 after {done_before_kill} batches")  # to replay a failure
+    async with job_env(db_dsn, tmp_path) as env:
+        job_id = await _queued_job(env, contacts)
+        first = await _worker(env, tmp_path / "first.log")
+
+        async def enough_done() -> int | None:
+            done = await ledger_chunks(db_dsn, job_id)
+            return done if done >= done_before_kill else None
+
+        await eventually(enough_done)
+        first.send_signal(signal.SIGKILL)
+        assert await asyncio.wait_for(first.wait(), WAIT_S) == -signal.SIGKILL
+        assert not await _is_terminal(env, job_id)
+        done = await ledger_chunks(db_dsn, job_id)
+        assert done_before_kill <= done < BATCHES
+        await _resume(env, job_id, tmp_path / "second.log")
+    await _assert_invariants(db_dsn, job_id, contacts)
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+async def _queued_job(env: Env, contacts: Contacts) -> uuid.UUID:
+    job_id = await upload_job(
+        env, CLIENT, contacts.path, chunk_size=CHUNK_SIZE, partitions=PARTITIONS
+    )
+    await env.store.start_job(CLIENT, job_id, "op-1")
+    return job_id
+
+
+async def _worker(env: Env, log_path: Path, *, failpoints: str = "") -> asyncio.subprocess.Process:
+    environ = {
+        **os.environ,
+        "DATABASE_URL": env.dsn,
+        "IMPORTER_STORAGE_DIR": str(log_path.parent / "objects"),  # job_env's store
+        "IMPORTER_LEASE_SECONDS": "2",
+        "IMPORTER_CONCURRENCY": str(PARTITIONS),
+        "IMPORTER_LOG_FORMAT": "json",
+        "IMPORTER_LOG_LEVEL": "info",
+        "IMPORTER_FAILPOINTS": failpoints,
+    }
+    environ.pop("S3_ENDPOINT_URL", None)
+    with log_path.open("wb") as log:  # the child keeps its own descriptor
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "importer", "worker", env=environ, stderr=log
+        )
+
+
+async def _resume(env: Env, job_id: uuid.UUID, log_path: Path) -> None:
+    """Once the dead worker's lease expired, a second worker finishes the job; SIGTERM → 0."""
+
+    async def lease_expired() -> bool | None:
+        rows = await fetch(
+            env.dsn,
+            "SELECT coalesce(lease_expires_at <= now(), true) AS expired"
+            " FROM import_job WHERE id = $1",
+            job_id,
+        )
+        return True if rows[0]["expired"] else None
+
+    await eventually(lease_expired)
+    # Read now: a COMMIT the dead worker sent just before dying has landed by the expiry.
+    batches_done = await ledger_chunks(env.dsn, job_id)
+    was_terminal = await _is_terminal(env, job_id)  # finalized before the crash: nothing to run
+    second = await _worker(env, log_path)
+    try:
+
+        async def finished() -> bool | None:
+            return True if await _is_terminal(env, job_id) else None
+
+        await eventually(finished)
+        await eventually(lambda: _logged(log_path, "worker_started"))  # its signal handlers set
+    finally:
+        second.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(second.wait(), WAIT_S)
+    assert code == 0, _log_tail(log_path)
+    events = _events(log_path)
+    claims = [e["job_id"] for e in events if e["event"] == "job_claimed"]
+    assert claims == ([] if was_terminal else [str(job_id)])
+    # Only the batches the ledger did not hold were applied again: no piece twice.
+    applied = sum(e["event"] == "chunk_applied" for e in events)
+    assert applied == BATCHES - batches_done
+
+
+async def _is_terminal(env: Env, job_id: uuid.UUID) -> bool:
+    return (await env.store.view_job(CLIENT, job_id)).status in TERMINAL_STATUSES
+
+
+async def _assert_invariants(dsn: str, job_id: uuid.UUID, contacts: Contacts) -> None:
+    reference = await import_file(
+        dsn, contacts.path, REFERENCE_CLIENT, chunk_size=CHUNK_SIZE, concurrency=PARTITIONS
+    )
+    job = (await fetch(dsn, "SELECT * FROM import_job WHERE id = $1", job_id))[0]
+    counters = Counters(
+        job["rows_read"], job["inserted"], job["updated"], job["invalid"], job["error"],
+        job["ignored"],
+    )  # fmt: skip
+    assert JobStatus(job["status"]) is reference.status
+    assert as_tuple(counters) == as_tuple(reference.counters)
+    assert counters.balanced  # I1
+    assert counters.rows_read == contacts.rows
+    assert as_tuple(await ledger(dsn, job_id)) == as_tuple(counters)
+    assert await db_state(dsn, CLIENT) == await db_state(dsn, REFERENCE_CLIENT)  # I6
+    assert not await fetch(  # I2
+        dsn, "SELECT client_id, cpf_cnpj FROM contact GROUP BY 1, 2 HAVING count(*) > 1"
+    )
+    assert not await fetch(  # I3: no piece twice, none left non-terminal
+        dsn,
+        "SELECT chunk_no, partition, part FROM import_chunk WHERE job_id = $1"
+        " GROUP BY 1, 2, 3 HAVING count(*) > 1 OR bool_or(status NOT IN ('done', 'discarded'))",
+        job_id,
+    )
+    assert await ledger_chunks(dsn, job_id) == BATCHES
+    assert await finalization_counts(dsn, job_id) == (1, 1)  # I4
+
+
+def _events(path: Path) -> list[dict[str, object]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.startswith(b"{")]
+
+
+async def _logged(path: Path, event: str) -> bool | None:
+    return True if any(e["event"] == event for e in _events(path)) else None
+
+
+def _log_tail(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines()[-20:]
