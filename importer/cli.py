@@ -261,28 +261,32 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    settings = Settings.from_environ(os.environ)
-    args = build_parser(settings).parse_args(argv)
-    configure_logging(settings.log_format, settings.log_level)
-    failpoints.configure(settings.failpoints)
-    try:
-        if args.command == "db":
-            uvloop.run(runtime.run_migrate(settings))
-            print("schema applied", file=sys.stderr)
-            return 0
-        if args.command in ("token", "worker"):
-            return _token(settings, args) if args.command == "token" else _worker(settings, args)
-        if args.command == "serve":
-            from importer.server import run_server  # FastAPI and uvicorn load only to serve
-
-            return run_server(settings, args.host, args.port)
-        return _import(settings, args)
+    try:  # a bad variable or argument is a usage error, said in one line
+        settings = Settings.from_environ(os.environ)
+        args = build_parser(settings).parse_args(argv)
+        configure_logging(settings.log_format, settings.log_level)
+        failpoints.configure(settings.failpoints)
+        return _run(settings, args)
     except ImporterError as exc:
         print(f"importer: {exc}", file=sys.stderr)
         return 2
     except (OSError, orjson.JSONDecodeError) as exc:
         print(f"importer: {exc}", file=sys.stderr)
         return 2
+
+
+def _run(settings: Settings, args: argparse.Namespace) -> int:
+    if args.command == "db":
+        uvloop.run(runtime.run_migrate(settings))
+        print("schema applied", file=sys.stderr)
+        return 0
+    if args.command in ("token", "worker"):
+        return _token(settings, args) if args.command == "token" else _worker(settings, args)
+    if args.command == "serve":
+        from importer.server import run_server  # FastAPI and uvicorn load only to serve
+
+        return run_server(settings, args.host, args.port)
+    return _import(settings, args)
 
 
 if __name__ == "__main__":

@@ -144,6 +144,24 @@ def test_bad_arguments_are_refused(db_dsn: str) -> None:
     assert "nonexistent" in missing.stderr
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("IMPORTER_CHUNK_SIZE", "abc"), ("IMPORTER_FAILPOINTS", "nowhere=crash")],
+)
+def test_a_bad_variable_is_one_line_and_exit_2(db_dsn: str, variable: str, value: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "importer", "import", str(SAMPLE), "--client-id", "1"],
+        env={**os.environ, "DATABASE_URL": db_dsn, variable: value},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"importer: {variable}"), done.stderr
+
+
 def run_token(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """``importer token`` needs no database: only the JWT variables of ``env`` matter."""
     clean = {k: v for k, v in os.environ.items() if k not in ("JWT_SECRET", "JWT_PUBLIC_KEY")}
