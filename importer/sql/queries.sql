@@ -201,63 +201,24 @@ UPDATE import_job SET lease_expires_at = now()
 WHERE id = $1 AND lease_owner = $2;
 
 -- name: view_job
--- A job with its progress from the ledger: the furthest offset a done chunk reached (end
--- offsets grow with chunk_no: one backward index probe) and, while the job runs, the ledger's
--- counters (a terminal job's row holds them).
-SELECT j.*, coalesce(last.end_offset, 0) AS bytes_read, live.*
-FROM import_job j
-LEFT JOIN LATERAL (
-    SELECT end_offset FROM import_chunk WHERE job_id = j.id ORDER BY chunk_no DESC LIMIT 1
-) AS last ON true
-CROSS JOIN LATERAL (
-    SELECT sum(rows_read) AS live_rows_read, sum(inserted) AS live_inserted,
-           sum(updated) AS live_updated, sum(invalid) AS live_invalid,
-           sum(error) AS live_error, sum(ignored) AS live_ignored
-    FROM import_chunk
-    WHERE job_id = j.id
-      AND j.status NOT IN ('completed', 'completed_with_placeholders', 'failed', 'cancelled')
-) AS live
-WHERE j.client_id = $1 AND j.id = $2;
+-- A job with its progress (the import_job_progress view).
+SELECT * FROM import_job_progress WHERE client_id = $1 AND id = $2;
 
 -- name: list_jobs
 -- History, newest first, one page after the keyset ($2, $3); $4: statuses or NULL for all.
 -- Backward scan of import_job_client_history_idx.
-SELECT j.*, coalesce(last.end_offset, 0) AS bytes_read, live.*
-FROM import_job j
-LEFT JOIN LATERAL (
-    SELECT end_offset FROM import_chunk WHERE job_id = j.id ORDER BY chunk_no DESC LIMIT 1
-) AS last ON true
-CROSS JOIN LATERAL (
-    SELECT sum(rows_read) AS live_rows_read, sum(inserted) AS live_inserted,
-           sum(updated) AS live_updated, sum(invalid) AS live_invalid,
-           sum(error) AS live_error, sum(ignored) AS live_ignored
-    FROM import_chunk
-    WHERE job_id = j.id
-      AND j.status NOT IN ('completed', 'completed_with_placeholders', 'failed', 'cancelled')
-) AS live
-WHERE j.client_id = $1 AND (j.created_at, j.id) < ($2, $3)
-  AND ($4::text[] IS NULL OR j.status = ANY($4::text[]))
-ORDER BY j.created_at DESC, j.id DESC
+SELECT * FROM import_job_progress
+WHERE client_id = $1 AND (created_at, id) < ($2, $3)
+  AND ($4::text[] IS NULL OR status = ANY($4::text[]))
+ORDER BY created_at DESC, id DESC
 LIMIT $5;
 
 -- name: list_user_jobs
 -- list_jobs of one user ($6): backward scan of import_job_user_history_idx.
-SELECT j.*, coalesce(last.end_offset, 0) AS bytes_read, live.*
-FROM import_job j
-LEFT JOIN LATERAL (
-    SELECT end_offset FROM import_chunk WHERE job_id = j.id ORDER BY chunk_no DESC LIMIT 1
-) AS last ON true
-CROSS JOIN LATERAL (
-    SELECT sum(rows_read) AS live_rows_read, sum(inserted) AS live_inserted,
-           sum(updated) AS live_updated, sum(invalid) AS live_invalid,
-           sum(error) AS live_error, sum(ignored) AS live_ignored
-    FROM import_chunk
-    WHERE job_id = j.id
-      AND j.status NOT IN ('completed', 'completed_with_placeholders', 'failed', 'cancelled')
-) AS live
-WHERE j.client_id = $1 AND j.user_id = $6 AND (j.created_at, j.id) < ($2, $3)
-  AND ($4::text[] IS NULL OR j.status = ANY($4::text[]))
-ORDER BY j.created_at DESC, j.id DESC
+SELECT * FROM import_job_progress
+WHERE client_id = $1 AND user_id = $6 AND (created_at, id) < ($2, $3)
+  AND ($4::text[] IS NULL OR status = ANY($4::text[]))
+ORDER BY created_at DESC, id DESC
 LIMIT $5;
 
 -- name: record_created_fields

@@ -261,3 +261,23 @@ CREATE INDEX IF NOT EXISTS firing_intent_job_idx ON firing_intent (import_job_id
 -- delimiter, encoding and has_header mirror it for the seed's readers.
 ALTER TABLE import_layout ADD COLUMN IF NOT EXISTS document jsonb;
 CREATE INDEX IF NOT EXISTS import_layout_client_idx ON import_layout (client_id, id);
+
+-- A job with its progress: the furthest offset a done chunk reached (end offsets grow with
+-- chunk_no: one backward index probe) and, while the job runs, the ledger's counters (a terminal
+-- job's row holds them). Recreated on every migrate: `j.*` is expanded when the view is made, so
+-- a column added to import_job must reach it.
+DROP VIEW IF EXISTS import_job_progress;
+CREATE VIEW import_job_progress AS
+SELECT j.*, coalesce(last.end_offset, 0) AS bytes_read, live.*
+FROM import_job j
+LEFT JOIN LATERAL (
+    SELECT end_offset FROM import_chunk WHERE job_id = j.id ORDER BY chunk_no DESC LIMIT 1
+) AS last ON true
+CROSS JOIN LATERAL (
+    SELECT sum(rows_read) AS live_rows_read, sum(inserted) AS live_inserted,
+           sum(updated) AS live_updated, sum(invalid) AS live_invalid,
+           sum(error) AS live_error, sum(ignored) AS live_ignored
+    FROM import_chunk
+    WHERE job_id = j.id
+      AND j.status NOT IN ('completed', 'completed_with_placeholders', 'failed', 'cancelled')
+) AS live;

@@ -22,9 +22,14 @@ def test_shipped_queries_load() -> None:
 
 
 def test_schema_is_idempotent_by_construction() -> None:
+    dropped_views: set[str] = set()
     for line in schema().splitlines():
         stripped = line.strip().upper()
-        if stripped.startswith("CREATE "):  # ALTER SEQUENCE … CACHE is idempotent by nature
+        if stripped.startswith("DROP VIEW IF EXISTS "):
+            dropped_views.add(stripped.removeprefix("DROP VIEW IF EXISTS ").rstrip(";"))
+        if stripped.startswith("CREATE VIEW "):  # recreated: dropped just before
+            assert stripped.split()[2] in dropped_views, line
+        elif stripped.startswith("CREATE "):  # ALTER SEQUENCE … CACHE is idempotent by nature
             assert "IF NOT EXISTS" in stripped, line
         if stripped.startswith("ALTER TABLE") and " ADD COLUMN " in stripped:
             assert "ADD COLUMN IF NOT EXISTS" in stripped, line
