@@ -26,8 +26,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from importer import console, runtime
 from importer import openapi as doc
-from importer import runtime
 from importer.adapters.catalog import CatalogStore
 from importer.adapters.postgres import PostgresStore, connect_pool
 from importer.auth import Principal, TokenVerifier, parse_bearer
@@ -64,6 +64,7 @@ from importer.metrics import ApiMetrics, MetricsMiddleware
 from importer.options import MAX_INT8, NUL_MESSAGE
 from importer.ports import JobView, ObjectStore, StoredObject
 from importer.priority import PriorityMiddleware, RequestPriority
+from importer.relay import OutboxRelay
 from importer.settings import Settings
 from importer.streams import (
     Body,
@@ -155,11 +156,27 @@ class Resources:
     objects: ObjectStore
     workers: WorkerGroup
     metrics: ApiMetrics
+    relay: OutboxRelay | None = None  # with a broker (RABBITMQ_URL) only
     draining: asyncio.Event = field(default_factory=asyncio.Event)
 
     def drain(self) -> None:
         self.draining.set()
         self.workers.drain()
+
+
+def start_relay(relay: OutboxRelay, on_fatal: Callable[[], None]) -> asyncio.Task[None]:
+    """The outbox relay as a named task; ending unasked is fatal, like a worker's death."""
+
+    def ended(task: asyncio.Task[None]) -> None:
+        if relay.stopping:
+            return
+        error = None if task.cancelled() else task.exception()
+        log.error("outbox_relay_died", error=repr(error or "returned without being stopped"))
+        on_fatal()
+
+    task = asyncio.create_task(relay.run(), name="importer-outbox-relay")
+    task.add_done_callback(ended)
+    return task
 
 
 def begin_drain(app: FastAPI) -> None:
@@ -170,8 +187,10 @@ def begin_drain(app: FastAPI) -> None:
 
 
 def pool_size(settings: Settings) -> int:
-    """Each worker runs one import at a time: one connection per partition plus one."""
-    return settings.workers_per_process * (settings.concurrency + 1) + API_CONNECTIONS
+    """Each worker runs one import at a time: one connection per partition plus one; and one
+    for the outbox relay when a broker is configured."""
+    relay = 0 if settings.rabbitmq_url is None else 1
+    return settings.workers_per_process * (settings.concurrency + 1) + API_CONNECTIONS + relay
 
 
 @contextlib.asynccontextmanager
@@ -191,20 +210,31 @@ async def open_resources(
 
         def make_worker(owner: str, stop: asyncio.Event) -> Worker:
             return Worker(
-                queue, objects, settings, owner=owner, stop=stop, throttle=app.state.priority
+                queue,
+                objects,
+                settings,
+                owner=owner,
+                stop=stop,
+                throttle=app.state.priority,
+                observer=metrics.pipeline,
             )
 
         workers = WorkerGroup(make_worker, settings.workers_per_process, on_fatal, metrics)
         service = ImportService(store, catalog, objects, settings)
+        relay = runtime.outbox_relay(settings, pool)
         app.state.resources = Resources(
-            settings, service, verifier, catalog, objects, workers, metrics
+            settings, service, verifier, catalog, objects, workers, metrics, relay
         )
         workers.start()
+        relay_task = None if relay is None else start_relay(relay, on_fatal)
         try:
             yield
         finally:
             await workers.stop()
             log.info("workers_drained")
+            if relay is not None and relay_task is not None:  # last: it publishes their outbox
+                relay.stop()
+                await asyncio.gather(relay_task, return_exceptions=True)
     finally:
         await queue.close()
         await pool.close()
@@ -831,4 +861,5 @@ def create_app(settings: Settings, *, on_fatal: Callable[[], None] | None = None
     app.add_middleware(PriorityMiddleware, priority=app.state.priority)
     _install_error_handlers(app)
     app.include_router(router)
+    app.include_router(console.router)
     return app

@@ -64,6 +64,14 @@ class JobNotReadyError(ImporterError):
     """The import's file has not been uploaded yet."""
 
 
+class LaneNotReadyError(ImporterError):
+    """An earlier chunk of this batch's key partition has not been applied yet: wait."""
+
+    def __init__(self, message: str, position: int | None) -> None:
+        super().__init__(message)
+        self.position = position  # the chunk the lane stands at (None: the job has no lanes)
+
+
 class LeaseLostError(ImporterError):
     """Another worker took over this import."""
 
@@ -89,6 +97,17 @@ class ChecksumMismatchError(StorageError):
 
 class InvalidObjectKeyError(StorageError):
     """The object key is empty, too long, absolute, or has a NUL or a '.', '..' or empty segment."""
+
+
+# --- message broker ---------------------------------------------------------------------------
+
+
+class BrokerError(ImporterError):
+    """The message broker refused or lost a message (nack, return, or a lost connection)."""
+
+
+class MalformedMessageError(ImporterError):
+    """A chunk message cannot be parsed: it goes to the dead-letter queue, never retried."""
 
 
 # --- authentication ---------------------------------------------------------------------------

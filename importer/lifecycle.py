@@ -4,7 +4,7 @@ counters, retry routing and the splitting of refused batches."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from importer.exceptions import (
@@ -16,6 +16,7 @@ from importer.exceptions import (
 from importer.models import (
     TERMINAL_STATUSES,
     Batch,
+    Checkpoint,
     ConflictStrategy,
     Counters,
     JobStatus,
@@ -255,6 +256,22 @@ def done_parts(done: Iterable[tuple[int, int, int]]) -> dict[tuple[int, int], fr
         if part != 1:
             parts.setdefault((chunk_no, partition), set()).add(part)
     return {key: frozenset(found) for key, found in parts.items()}
+
+
+def checkpoint(
+    positions: Mapping[tuple[int, int], tuple[int, int]], partitions: int
+) -> Checkpoint | None:
+    """Where a resumed run starts reading, from the whole batches the ledger holds
+    ((chunk_no, partition) → (end_offset, end_line)): after the last chunk of the prefix 0..c
+    that every partition committed. None when chunk 0 is not whole. (The SQL twin is the
+    ``checkpoint`` query.)"""
+    found: Checkpoint | None = None
+    chunk_no = 0
+    while all((chunk_no, p) in positions for p in range(partitions)):
+        end_offset, end_line = positions[(chunk_no, 0)]
+        found = Checkpoint(chunk_no, end_offset, end_line)
+        chunk_no += 1
+    return found
 
 
 def should_retry(attempt: int, max_attempts: int, transient: bool) -> bool:

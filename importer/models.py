@@ -207,6 +207,16 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Where a resumed run starts reading: just after chunk ``chunk_no``, the last of the prefix
+    of chunks every partition committed whole (the reader's byte offset and line there)."""
+
+    chunk_no: int
+    end_offset: int
+    end_line: int
+
+
+@dataclass(frozen=True, slots=True)
 class Batch:
     """The rows of one chunk that fall in one key partition: the unit of commit.
 
@@ -226,6 +236,7 @@ class Batch:
     issues: tuple[RowIssue, ...] = ()
     invalid: int = 0
     part: int = 1
+    end_line: int = 0  # the line after the chunk's last record (with end_offset: its checkpoint)
 
     @property
     def rows_read(self) -> int:

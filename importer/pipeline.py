@@ -26,6 +26,7 @@ from importer.exceptions import (
 )
 from importer.models import (
     Batch,
+    Checkpoint,
     ContactRow,
     Counters,
     InputFormat,
@@ -34,7 +35,15 @@ from importer.models import (
     Reason,
     RowIssue,
 )
-from importer.ports import Finalized, Progress, Source, Store, Throttle
+from importer.ports import (
+    Finalized,
+    NullObserver,
+    PipelineObserver,
+    Progress,
+    Source,
+    Store,
+    Throttle,
+)
 from importer.reader import (
     CsvReader,
     GzipInflater,
@@ -93,6 +102,15 @@ def _failure_kind(exc: StoreError) -> lifecycle.FailureKind:
     return lifecycle.FailureKind.OTHER
 
 
+def _drop_queued(queues: Iterable[asyncio.Queue[Batch | None]]) -> int:
+    """Empty the queues of a run that ended; the number of batches they still held."""
+    dropped = 0
+    for queue in queues:
+        while not queue.empty():
+            dropped += queue.get_nowait() is not None
+    return dropped
+
+
 def partition_of(key: str, partitions: int) -> int:
     """The key partition of a normalized key: stable across runs, processes and versions."""
     return zlib.crc32(key.encode()) % partitions
@@ -106,9 +124,19 @@ class BlockParser:
 
     Inflates gzip one bounded piece at a time (a bomb never materializes), sniffs encoding and
     delimiter on the first 64 KiB, decodes records and hands them to the :class:`Chunker`.
+
+    Given a :class:`Checkpoint`, it resumes there: the head still gives the encoding, the
+    delimiter and the header, but the bytes up to the checkpoint are dropped undecoded and
+    chunks are numbered on from it (same chunk size: the same chunk boundaries as before).
     """
 
-    def __init__(self, job: Job, source_name: str, config: PipelineConfig) -> None:
+    def __init__(
+        self,
+        job: Job,
+        source_name: str,
+        config: PipelineConfig,
+        checkpoint: Checkpoint | None = None,
+    ) -> None:
         self.chunker = Chunker(job, config)
         self._config = config
         self._format = job.input_format
@@ -118,6 +146,8 @@ class BlockParser:
         self._head = bytearray()
         self._reader: CsvReader | JsonlReader | None = None
         self._started = False
+        self._checkpoint = checkpoint
+        self._position = 0  # decoded-stream bytes passed to the reader or dropped before it
 
     def push(self, block: bytes) -> None:
         """Take the next raw block; :meth:`pull` then parses it piece by piece."""
@@ -136,19 +166,46 @@ class BlockParser:
         if self._inflater is not None:
             self._inflater.finish()
         batches: list[Batch] = []
-        if self._reader is None:
-            self._reader = _reader(bytes(self._head), self._format, self._config)
-            batches += self.chunker.feed(self._reader.feed(bytes(self._head)))
-        return batches + self.chunker.feed(self._reader.finish()) + self.chunker.finish()
+        reader = self._reader
+        if reader is None:
+            reader = self._start(bytes(self._head))
+            batches += self.chunker.feed(reader.feed(self._resumed(bytes(self._head))))
+        return batches + self.chunker.feed(reader.finish()) + self.chunker.finish()
 
     def _feed_decoded(self, data: bytes) -> list[Batch]:
-        if self._reader is None:
+        reader = self._reader
+        if reader is None:
             self._head += data
             if len(self._head) < _SNIFF_BYTES:
                 return []
-            self._reader = _reader(bytes(self._head), self._format, self._config)
             data = bytes(self._head)
-        return self.chunker.feed(self._reader.feed(data))
+            reader = self._start(data)
+        return self.chunker.feed(reader.feed(self._resumed(data)))
+
+    def _start(self, head: bytes) -> CsvReader | JsonlReader:
+        """The reader, from the head: at the file's start, or at the checkpoint."""
+        checkpoint = self._checkpoint
+        if checkpoint is not None and not self.chunker.resume(checkpoint, self._first(head)):
+            checkpoint = self._checkpoint = None  # no header in the head: read it all again
+        self._reader = _reader(head, self._format, self._config, checkpoint)
+        return self._reader
+
+    def _first(self, head: bytes) -> RawRecord | JsonRecord | None:
+        """The head's first record (a CSV's header or first row), parsed by a reader of its own."""
+        if self._format is InputFormat.JSONL:
+            return None
+        first = _reader(head, self._format, self._config)
+        records = first.feed(head)
+        return records[0] if records else None
+
+    def _resumed(self, data: bytes) -> bytes:
+        """The part of data at or after the checkpoint (all of it without one)."""
+        start = self._position
+        self._position += len(data)
+        checkpoint = self._checkpoint
+        if checkpoint is None or start >= checkpoint.end_offset:
+            return data
+        return data[checkpoint.end_offset - start :]
 
 
 def _check_size(bytes_read: int, limit: int) -> None:
@@ -157,9 +214,15 @@ def _check_size(bytes_read: int, limit: int) -> None:
 
 
 def _reader(
-    sample: bytes, input_format: InputFormat, config: PipelineConfig
+    sample: bytes,
+    input_format: InputFormat,
+    config: PipelineConfig,
+    checkpoint: Checkpoint | None = None,
 ) -> CsvReader | JsonlReader:
     layout, limits = config.layout, config.limits
+    start_line, start_offset = (
+        (checkpoint.end_line, checkpoint.end_offset) if checkpoint is not None else (1, 0)
+    )
     sniffed = sniff(
         sample,
         encoding=layout.encoding if layout else None,
@@ -170,9 +233,15 @@ def _reader(
             sniffed,
             max_field_chars=limits.max_field_chars,
             max_record_chars=limits.max_record_chars,
+            start_line=start_line,
+            start_offset=start_offset,
         )
     return CsvReader(
-        sniffed, max_field_chars=limits.max_field_chars, max_record_chars=limits.max_record_chars
+        sniffed,
+        max_field_chars=limits.max_field_chars,
+        max_record_chars=limits.max_record_chars,
+        start_line=start_line,
+        start_offset=start_offset,
     )
 
 
@@ -187,6 +256,7 @@ class _ChunkBuffer:
     chunk_no: int = 0
     first_line: int = 0
     end_offset: int = 0
+    end_line: int = 0
     count: int = 0
     invalid: int = 0
     rows: list[list[ContactRow]] = field(default_factory=list)
@@ -196,12 +266,13 @@ class _ChunkBuffer:
         self.rows = [[] for _ in range(self.partitions)]
 
     def add(
-        self, line: int, end_offset: int, row: ContactRow | None, issues: list[RowIssue]
+        self, record: RawRecord | JsonRecord, row: ContactRow | None, issues: list[RowIssue]
     ) -> None:
         if self.count == 0:
-            self.first_line = line
+            self.first_line = record.line
         self.count += 1
-        self.end_offset = end_offset
+        self.end_offset = record.end_offset
+        self.end_line = record.end_line
         if issues:
             self.issues.extend(issues)
         if row is None:
@@ -220,6 +291,7 @@ class _ChunkBuffer:
                 rows=tuple(rows),
                 issues=tuple(self.issues) if p == 0 else (),
                 invalid=self.invalid if p == 0 else 0,
+                end_line=self.end_line,
             )
             for p, rows in enumerate(self.rows)
         ]
@@ -262,10 +334,21 @@ class Chunker:
                 continue
             else:
                 row, issues = self._csv_row(record)
-            buffer.add(record.line, record.end_offset, row, issues)
+            buffer.add(record, row, issues)
             if buffer.count >= size:
                 batches.extend(buffer.cut())
         return batches
+
+    def resume(self, checkpoint: Checkpoint, first: RawRecord | JsonRecord | None) -> bool:
+        """Go on after ``checkpoint``: build the CSV plan from the file's first record (header
+        or row; not counted: it lies before the checkpoint). False: no first record to plan by."""
+        if self._job.input_format is InputFormat.CSV:
+            if not isinstance(first, RawRecord) or first.fields is None:
+                return False
+            self._start_csv(first)
+        self.header_seen = True
+        self._buffer.chunk_no = checkpoint.chunk_no + 1
+        return True
 
     def finish(self) -> list[Batch]:
         if self._job.input_format is InputFormat.CSV and not self.header_seen:
@@ -347,8 +430,11 @@ class ImportRun:
         progress: Progress | None = None,
         stop: asyncio.Event | None = None,
         throttle: Throttle | None = None,
+        *,
+        observer: PipelineObserver | None = None,
     ) -> None:
         self.job = job
+        self._observer: PipelineObserver = observer or NullObserver()
         self._throttle: Throttle = throttle or NoThrottle()
         self._source = source
         self._store = store
@@ -376,7 +462,16 @@ class ImportRun:
         self._progress.on_start(self._source.size)
         done = await store.done_batches(self.job.id)
         self._done_parts = lifecycle.done_parts(done)
-        await self._supervise(done)
+        checkpoint = await store.checkpoint(self.job.id, self.job.partitions) if done else None
+        if checkpoint is not None:
+            log.info(
+                "import_resumed",
+                job_id=str(self.job.id),
+                after_chunk=checkpoint.chunk_no,
+                offset=checkpoint.end_offset,
+                line=checkpoint.end_line,
+            )
+        await self._supervise(done, checkpoint)
         if self.state.failure is not None:
             failure = self.state.failure
             log.warning(
@@ -390,13 +485,22 @@ class ImportRun:
             return None
         return await store.finalize(self.job.id, None, owner=owner)
 
-    async def _supervise(self, done: frozenset[tuple[int, int, int]]) -> None:
-        """Run the reader and the consumers; if one dies, stop the others and re-raise."""
-        tasks = [asyncio.create_task(self._read(done), name=f"reader:{self.job.id}")]
-        tasks += [
-            asyncio.create_task(self._consume(p), name=f"consumer:{self.job.id}:{p}")
-            for p in range(self.job.partitions)
-        ]
+    async def _supervise(
+        self, done: frozenset[tuple[int, int, int]], checkpoint: Checkpoint | None
+    ) -> None:
+        """Run the reader and the consumers; if one dies, stop the others and re-raise.
+
+        The tasks copy the context as they are created: their log lines carry the job's ids.
+        """
+        reader = self._read(done, checkpoint)
+        with structlog.contextvars.bound_contextvars(
+            job_id=str(self.job.id), client_id=self.job.client_id
+        ):
+            tasks = [asyncio.create_task(reader, name=f"reader:{self.job.id}")]
+            tasks += [
+                asyncio.create_task(self._consume(p), name=f"consumer:{self.job.id}:{p}")
+                for p in range(self.job.partitions)
+            ]
         try:
             pending: set[asyncio.Task[None]] = set(tasks)
             while pending:
@@ -409,27 +513,33 @@ class ImportRun:
                 if not task.done():
                     task.cancel()  # last resort: a sibling failed
             await asyncio.gather(*tasks, return_exceptions=True)
+            self._observer.on_queue_depth(-_drop_queued(self._queues))
 
-    async def _read(self, done: frozenset[tuple[int, int, int]]) -> None:
+    async def _read(
+        self, done: frozenset[tuple[int, int, int]], checkpoint: Checkpoint | None
+    ) -> None:
         """Feed the consumers, then tell each that its partition ended (stopped or not)."""
         try:
-            await self._read_blocks(done)
+            await self._read_blocks(done, checkpoint)
         except FileRejectedError as exc:  # the reader's FileRejected included
             self.state.failure = exc
         # Not in a `finally`: a cancelled reader must not block on a dead consumer's full queue.
         for queue in self._queues:
             await queue.put(None)
 
-    async def _read_blocks(self, done: frozenset[tuple[int, int, int]]) -> None:
+    async def _read_blocks(
+        self, done: frozenset[tuple[int, int, int]], checkpoint: Checkpoint | None
+    ) -> None:
         """Stream the source; parse each block in a thread so consumers keep the loop.
 
         Returns early once ``stop`` is set: the batches not yet queued are left for a later run.
         """
-        parser = BlockParser(self.job, self._source.name, self._config)
+        parser = BlockParser(self.job, self._source.name, self._config, checkpoint)
         started = False
         limit = self._config.limits.max_file_bytes
         async for block in self._source.blocks(self._config.read_block_bytes):
             self.state.bytes_read += len(block)
+            self._observer.on_bytes_read(len(block))
             _check_size(self.state.bytes_read, limit)
             parser.push(block)
             while (batches := await self._parse(parser)) is not None:
@@ -462,18 +572,24 @@ class ImportRun:
 
     async def _submit(self, batches: list[Batch], done: frozenset[tuple[int, int, int]]) -> None:
         """Queue the batches not done yet; once ``stop`` is set, no more (between chunks)."""
+        self._observer.on_records_read(sum(batch.rows_read for batch in batches))
         for batch in batches:
             if self.stop.is_set():
                 return
             if batch.key not in done:
                 await self._queues[batch.partition].put(batch)
+                self._observer.on_queue_depth(1)
 
     async def _consume(self, partition: int) -> None:
         queue = self._queues[partition]
         store = self._store
         while (batch := await queue.get()) is not None:
+            self._observer.on_queue_depth(-1)
             await self._throttle.wait_turn()
-            counters = await self._apply(store, batch)
+            with structlog.contextvars.bound_contextvars(
+                chunk=batch.chunk_no, partition=batch.partition
+            ):
+                counters = await self._apply(store, batch)
             self.state.counters.add(counters)
             self._progress.on_batch(self.state.counters, self.state.bytes_read)
 
@@ -489,11 +605,8 @@ class ImportRun:
             return Counters()
         if lifecycle.split_on_resume(batch.part, done):
             return await self._apply_halves(store, batch)
-        batch_log = log.bind(
-            job_id=str(self.job.id), chunk=batch.chunk_no, partition=batch.partition
-        )
-        if batch.part != 1:
-            batch_log = batch_log.bind(part=batch.part)
+        # job_id, client_id, chunk and partition come from the context (``_consume``).
+        batch_log = log.bind(part=batch.part) if batch.part != 1 else log.bind()
         started = time.perf_counter()
         attempt = 0
         while True:
@@ -506,12 +619,15 @@ class ImportRun:
                 )
                 if action is lifecycle.FailureAction.RETRY:
                     batch_log.warning("batch_retry", attempt=attempt, error=str(exc))
+                    self._observer.on_batch_retry()
                     await asyncio.sleep(lifecycle.retry_delay(attempt))
                     continue
                 return await self._on_failure(store, batch, action, attempt, exc, batch_log)
             if failpoints.armed is not None:
                 await failpoints.armed.reach(failpoints.AFTER_COMMIT)
             applied = counters if counters is not None else Counters()
+            seconds = time.perf_counter() - started
+            self._observer.on_batch_applied(applied, seconds, repeated=counters is None)
             batch_log.info(  # the canonical line of a batch
                 "chunk_applied",
                 rows=batch.rows_read,
@@ -520,7 +636,7 @@ class ImportRun:
                 invalid=applied.invalid,
                 ignored=applied.ignored,
                 attempts=attempt,
-                ms=round((time.perf_counter() - started) * 1000, 1),
+                ms=round(seconds * 1000, 1),
                 repeated=counters is None,
             )
             return applied
@@ -537,6 +653,7 @@ class ImportRun:
         """Split, reject or discard a piece that failed for good."""
         if action is lifecycle.FailureAction.SPLIT:
             batch_log.warning("batch_split", rows=len(batch.rows), error=str(exc))
+            self._observer.on_batch_split()
             return await self._apply_halves(store, batch)
         if action is lifecycle.FailureAction.REJECT:
             batch_log.warning("row_rejected", line=batch.rows[0].line, error=str(exc))
@@ -545,7 +662,9 @@ class ImportRun:
             batch_log.error("batch_discarded", attempts=attempts, error=str(exc))
             reason = Reason.CHUNK_DISCARDED
         await store.discard_batch(self.job, batch, attempts, str(exc), reason=reason)
-        return lifecycle.discarded_counters(batch)
+        counters = lifecycle.discarded_counters(batch)
+        self._observer.on_batch_discarded(counters, rejected=reason is Reason.ROW_REJECTED)
+        return counters
 
     async def _apply_halves(self, store: Store, batch: Batch) -> Counters:
         """The halves one after the other: per key, rows keep file order."""

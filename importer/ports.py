@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from importer.exceptions import ChecksumMismatchError, InvalidObjectKeyError
 from importer.models import (
     Batch,
+    Checkpoint,
     ConflictStrategy,
     Counters,
     InputFormat,
@@ -123,9 +124,15 @@ class Store(Protocol):
         """The ledger's (chunk_no, partition, part) keys: whole batches and split pieces."""
         ...
 
-    async def apply_batch(self, job: Job, batch: Batch) -> Counters | None:
+    async def checkpoint(self, job_id: uuid.UUID, partitions: int) -> Checkpoint | None:
+        """Where a resumed run starts reading (``lifecycle.checkpoint``); None: from the start."""
+        ...
+
+    async def apply_batch(self, job: Job, batch: Batch, *, lane: bool = False) -> Counters | None:
         """Apply a batch (or a piece of one, :attr:`Batch.part`), its issues, counters and done
-        mark atomically; None if already done."""
+        mark atomically; None if already done. With ``lane`` (multi-instance imports) only in
+        chunk order within the batch's key partition: LaneNotReadyError while an earlier chunk
+        of it is missing, None once the lane has passed it."""
         ...
 
     async def discard_batch(
@@ -136,9 +143,22 @@ class Store(Protocol):
         error: str,
         *,
         reason: Reason = Reason.CHUNK_DISCARDED,
+        lane: bool = False,
     ) -> None:
         """Record a batch given up after all retries, or a poison row the database refused
         (``reason`` row_rejected): its valid rows count as ``error``, each with ``reason``."""
+        ...
+
+    async def open_lanes(self, job_id: uuid.UUID, partitions: int) -> None:
+        """Create the job's lanes (multi-instance imports), each at its first missing chunk."""
+        ...
+
+    async def advance_lane(self, job: Job, batch: Batch) -> bool:
+        """Move a split batch's lane past it once all its pieces are in."""
+        ...
+
+    async def lanes_behind(self, job_id: uuid.UUID) -> int | None:
+        """The chunk all the job's lanes have passed; None without lanes."""
         ...
 
     async def finalize(
@@ -203,6 +223,72 @@ class Progress(Protocol):
     def on_start(self, bytes_total: int | None) -> None: ...
 
     def on_batch(self, counters: Counters, bytes_read: int) -> None: ...
+
+
+class PipelineObserver(Protocol):
+    """Receives what the pipeline and the workers do, for metrics.
+
+    Called once per block, batch or job, never per row: the import's hot path stays cheap.
+    """
+
+    def on_job_started(self, client_id: int) -> None: ...
+
+    def on_job_finished(self, client_id: int, status: JobStatus | None, seconds: float) -> None:
+        """A job's run in this process ended; ``status`` is None unless the job is terminal."""
+        ...
+
+    def on_bytes_read(self, count: int) -> None: ...
+
+    def on_records_read(self, count: int) -> None:
+        """The reader parsed ``count`` more records (header excluded)."""
+        ...
+
+    def on_queue_depth(self, change: int) -> None:
+        """Batches entered (positive) or left (negative) the pipeline's in-process queues."""
+        ...
+
+    def on_batch_applied(self, counters: Counters, seconds: float, repeated: bool) -> None:
+        """A batch committed (``repeated``: the ledger had it, a no-op), after ``seconds``."""
+        ...
+
+    def on_batch_retry(self) -> None: ...
+
+    def on_batch_split(self) -> None: ...
+
+    def on_batch_discarded(self, counters: Counters, rejected: bool) -> None:
+        """A batch given up after its retries, or (``rejected``) a poison row alone."""
+        ...
+
+
+class NullObserver:
+    """Observes nothing: the default of the pipeline and the workers."""
+
+    def on_job_started(self, client_id: int) -> None:
+        pass
+
+    def on_job_finished(self, client_id: int, status: JobStatus | None, seconds: float) -> None:
+        pass
+
+    def on_bytes_read(self, count: int) -> None:
+        pass
+
+    def on_records_read(self, count: int) -> None:
+        pass
+
+    def on_queue_depth(self, change: int) -> None:
+        pass
+
+    def on_batch_applied(self, counters: Counters, seconds: float, repeated: bool) -> None:
+        pass
+
+    def on_batch_retry(self) -> None:
+        pass
+
+    def on_batch_split(self) -> None:
+        pass
+
+    def on_batch_discarded(self, counters: Counters, rejected: bool) -> None:
+        pass
 
 
 # --- object storage ---------------------------------------------------------------------------
@@ -305,3 +391,56 @@ def check_sealed(found: StoredObject, size: int, sha256: str) -> None:
             f"object {found.key!r} has {found.size} bytes, sha256 {found.sha256};"
             f" sealed: {size} bytes, sha256 {sha256}"
         )
+
+
+# --- outbox relay -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxMessage:
+    """An outbox row: ``message_id`` is stable, so a re-publish carries the same id."""
+
+    id: int
+    message_id: str
+    topic: str
+    payload: bytes  # JSON
+
+
+class Outbox(Protocol):
+    """The outbox table as the relay sees it."""
+
+    async def publish_pending(
+        self,
+        limit: int,
+        topics: Sequence[str],
+        publish: Callable[[Sequence[OutboxMessage]], Awaitable[Collection[int]]],
+    ) -> int:
+        """In one transaction: lock up to ``limit`` unpublished messages of ``topics`` (skipping
+        those another relay holds), hand them to ``publish``, mark the ids it returns published,
+        commit. The number of messages locked."""
+        ...
+
+    async def unknown_topics(self, topics: Sequence[str]) -> dict[str, int]:
+        """Unpublished messages per topic not in ``topics`` (no relay publishes them)."""
+        ...
+
+    async def wait_for_messages(self, timeout_s: float) -> None:
+        """Return when a message was written since the last call, or after the timeout."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class MessagePublisher(Protocol):
+    """Publishes to a queue and returns once the broker confirmed it (else raises)."""
+
+    async def publish(
+        self,
+        queue: str,
+        body: bytes,
+        *,
+        message_id: str,
+        headers: Mapping[str, Any] | None = None,
+    ) -> None: ...
+
+    async def close(self) -> None: ...

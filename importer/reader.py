@@ -100,6 +100,7 @@ class RawRecord:
     reason: Reason | None  # INVALID_ENCODING, NUL_BYTE or FIELD_TOO_LONG
     raw: str  # the record's text for the error report, at most RAW_CHARS
     end_offset: int  # byte offset in the reader's input (BOM included) just after the record
+    end_line: int  # the line just after the record: where a reader resuming at end_offset starts
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,7 @@ class JsonRecord:
     reason: Reason | None  # MALFORMED_JSON, NOT_AN_OBJECT, INVALID_ENCODING, NUL_BYTE, ...
     raw: str
     end_offset: int
+    end_line: int
 
 
 # --- decoding -------------------------------------------------------------------------------
@@ -559,12 +561,12 @@ class CsvReader:
             if suspect or len(text) > check_over:  # (a long blank record is too long too)
                 reason = self._problem(content, fields)
                 if reason is not None:
-                    append(RawRecord(start, None, reason, _display(content), offset))
+                    append(RawRecord(start, None, reason, _display(content), offset, line))
                     continue
             if (not fields or not fields[0] or fields[0][0].isspace()) and _is_blank(fields):
                 continue
             raw = content if len(content) <= RAW_CHARS else content[:RAW_CHARS]
-            append(RawRecord(start, fields, None, raw, offset))
+            append(RawRecord(start, fields, None, raw, offset, line))
         self._line, self._offset = line, offset
         return out
 
@@ -627,7 +629,7 @@ class CsvReader:
         self._offset += skip.bytes
         self._line = skip.line + skip.lines
         raw = _display(skip.head)
-        out.append(RawRecord(skip.line, None, Reason.FIELD_TOO_LONG, raw, self._offset))
+        out.append(RawRecord(skip.line, None, Reason.FIELD_TOO_LONG, raw, self._offset, self._line))
         self._skip, self._prefix, self._buf = None, 0, ""
         return end
 
@@ -734,7 +736,11 @@ class JsonlReader:
         self._line += 1
         self._offset += self._decoder.count_bytes(text) + breaks * self._decoder.ascii_width
         if len(text) - text.endswith("\r") > self._max_record:  # as when skipped: never seen
-            out.append(JsonRecord(line, None, Reason.FIELD_TOO_LONG, _display(text), self._offset))
+            out.append(
+                JsonRecord(
+                    line, None, Reason.FIELD_TOO_LONG, _display(text), self._offset, self._line
+                )
+            )
         elif text.strip():
             out.append(self._record(text, line, suspect))
 
@@ -745,9 +751,9 @@ class JsonlReader:
         if values is not None:
             reason = self._values_problem(text, values)
         if reason is not None:
-            return JsonRecord(line, None, reason, _display(text), self._offset)
+            return JsonRecord(line, None, reason, _display(text), self._offset, self._line)
         raw = text[: RAW_CHARS + 1].rstrip("\r")[:RAW_CHARS]
-        return JsonRecord(line, values, None, raw, self._offset)
+        return JsonRecord(line, values, None, raw, self._offset, self._line)
 
     def _values_problem(self, text: str, values: dict[str, str]) -> Reason | None:
         if "\\u0000" in text and any("\x00" in k or "\x00" in v for k, v in values.items()):
@@ -778,7 +784,9 @@ class JsonlReader:
         self._offset += skip.bytes
         self._line += 1
         raw = _display(skip.head)
-        out.append(JsonRecord(skip.line, None, Reason.FIELD_TOO_LONG, raw, self._offset))
+        out.append(
+            JsonRecord(skip.line, None, Reason.FIELD_TOO_LONG, raw, self._offset, self._line)
+        )
         self._skip = None
         return end
 

@@ -92,6 +92,11 @@ class ObjectSource:
             raise FileRejectedError(Reason.SOURCE_UNREADABLE, str(exc)) from exc
 
 
+def rows_per_second(rows: int, seconds: float) -> float:
+    """A run's rate, for its canonical line."""
+    return round(rows / seconds, 1) if seconds > 0 else 0.0
+
+
 def format_for(name: str) -> InputFormat:
     """The input format implied by a file name (``.jsonl``, ``.ndjson``, optionally ``.gz``)."""
     base = name.lower().removesuffix(".gz")
@@ -125,7 +130,6 @@ async def import_source(
         in_process=True,
     )
     job = await store.create_job(new_job, JobStatus.QUEUED)
-    structlog.contextvars.bind_contextvars(job_id=str(job.id), client_id=job.client_id)
     config = PipelineConfig(
         limits=settings.limits,
         layout=request.layout,
@@ -134,19 +138,21 @@ async def import_source(
         queue_depth=settings.queue_depth,
         max_batch_attempts=settings.max_batch_attempts,
     )
-    await ImportRun(job, source, store, config, progress, stop).run()
-    job = await store.get_job(job.id)
-    elapsed = time.perf_counter() - started
-    log.info(
-        "job_finished",
-        status=job.status.value,
-        elapsed_s=round(elapsed, 3),
-        rows_read=job.counters.rows_read,
-        inserted=job.counters.inserted,
-        updated=job.counters.updated,
-        invalid=job.counters.invalid,
-        error=job.counters.error,
-        ignored=job.counters.ignored,
-        fail_reason=job.fail_reason,
-    )
+    with structlog.contextvars.bound_contextvars(job_id=str(job.id), client_id=job.client_id):
+        await ImportRun(job, source, store, config, progress, stop).run()
+        job = await store.get_job(job.id)
+        elapsed = time.perf_counter() - started
+        log.info(  # the canonical line of a job
+            "job_finished",
+            status=job.status.value,
+            elapsed_s=round(elapsed, 3),
+            rows_read=job.counters.rows_read,
+            inserted=job.counters.inserted,
+            updated=job.counters.updated,
+            invalid=job.counters.invalid,
+            error=job.counters.error,
+            ignored=job.counters.ignored,
+            fail_reason=job.fail_reason,
+            rows_per_s=rows_per_second(job.counters.rows_read, elapsed),
+        )
     return ImportOutcome(job.id, job.status, job.counters, job.fail_reason, elapsed)

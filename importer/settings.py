@@ -31,6 +31,10 @@ DEFAULT_WORKER_POLL_SECONDS = 5.0
 DEFAULT_MAX_UPLOAD_BYTES = 5 * 1024**3
 # The server's own address, for the upload URL it hands out when storage has no presigned PUT.
 DEFAULT_PUBLIC_URL = "http://127.0.0.1:8000"
+# How long a failed chunk waits in the broker's retry queue before it is delivered again.
+DEFAULT_RETRY_DELAY_MS = 30_000
+# Retries of a failed chunk before it is discarded and its message dead-lettered.
+DEFAULT_MAX_RETRIES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +78,12 @@ class Settings:
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     workers_per_process: int = 1
     public_url: str = DEFAULT_PUBLIC_URL
+    # RabbitMQ: None runs one instance without a broker (retries in-process, no outbox relay).
+    rabbitmq_url: str | None = None
+    retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS
+    # Put before every queue name: instances (or tests) with different prefixes share nothing.
+    queue_prefix: str = ""
+    max_retries: int = DEFAULT_MAX_RETRIES
     # Tests only: `name=action[@n],…` (importer.failpoints); empty arms none.
     failpoints: str = ""
 
@@ -114,6 +124,10 @@ class Settings:
             max_upload_bytes=_int(environ, "IMPORTER_MAX_UPLOAD_BYTES", DEFAULT_MAX_UPLOAD_BYTES),
             workers_per_process=_int(environ, "IMPORTER_WORKERS", 1),
             public_url=(environ.get("IMPORTER_PUBLIC_URL") or DEFAULT_PUBLIC_URL).rstrip("/"),
+            rabbitmq_url=environ.get("RABBITMQ_URL") or None,
+            retry_delay_ms=_int(environ, "IMPORTER_RETRY_DELAY_MS", DEFAULT_RETRY_DELAY_MS),
+            queue_prefix=environ.get("IMPORTER_QUEUE_PREFIX", ""),
+            max_retries=_int(environ, "IMPORTER_MAX_RETRIES", DEFAULT_MAX_RETRIES),
             failpoints=_failpoints(environ),
         )
 

@@ -12,10 +12,11 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from importer import lifecycle
-from importer.exceptions import IllegalTransitionError, JobNotFoundError
+from importer.exceptions import IllegalTransitionError, JobNotFoundError, LaneNotReadyError
 from importer.models import (
     Batch,
     Channel,
+    Checkpoint,
     ConflictStrategy,
     ContactRow,
     Counters,
@@ -96,6 +97,9 @@ class InMemoryStore:
         self.model = ReferenceModel()
         self.jobs: dict[uuid.UUID, Job] = {}
         self.ledger: dict[uuid.UUID, dict[tuple[int, int, int], Counters]] = {}
+        # Whole batches' reader positions: (chunk_no, partition) → (end_offset, end_line).
+        self.positions: dict[uuid.UUID, dict[tuple[int, int], tuple[int, int]]] = {}
+        self.lanes: dict[tuple[uuid.UUID, int], int] = {}  # (job, partition) → next chunk
         self.issues: dict[uuid.UUID, list[RowIssue]] = {}
         self.custom_fields: dict[tuple[int, str], str] = {}
         self.created_fields: dict[uuid.UUID, int] = {}
@@ -146,8 +150,51 @@ class InMemoryStore:
     async def done_batches(self, job_id: uuid.UUID) -> frozenset[tuple[int, int, int]]:
         return frozenset(self.ledger[job_id])
 
-    async def apply_batch(self, job: Job, batch: Batch) -> Counters | None:
+    async def checkpoint(self, job_id: uuid.UUID, partitions: int) -> Checkpoint | None:
+        return lifecycle.checkpoint(self.positions.get(job_id, {}), partitions)
+
+    def _in_lane(self, job: Job, batch: Batch) -> bool:
+        """PostgresStore._in_lane, in memory."""
+        position = self.lanes.get((job.id, batch.partition))
+        if position is None:
+            raise LaneNotReadyError(f"import {job.id} has no lane {batch.partition}", None)
+        if position == batch.chunk_no:
+            if batch.part == 1:
+                self.lanes[(job.id, batch.partition)] = position + 1
+            return True
+        if position > batch.chunk_no:
+            return False
+        raise LaneNotReadyError(f"lane {batch.partition} is at chunk {position}", position)
+
+    async def open_lanes(self, job_id: uuid.UUID, partitions: int) -> None:
+        for partition in range(partitions):
+            if (job_id, partition) not in self.lanes:
+                done = {c for (c, p, part) in self.ledger[job_id] if p == partition and part == 1}
+                chunk_no = 0
+                while chunk_no in done:
+                    chunk_no += 1
+                self.lanes[(job_id, partition)] = chunk_no
+
+    async def advance_lane(self, job: Job, batch: Batch) -> bool:
+        key = (job.id, batch.partition)
+        if self.lanes.get(key) != batch.chunk_no:
+            return False
+        self.lanes[key] = batch.chunk_no + 1
+        return True
+
+    async def lanes_behind(self, job_id: uuid.UUID) -> int | None:
+        positions = [n for (j, _), n in self.lanes.items() if j == job_id]
+        return min(positions) if positions else None
+
+    def _position(self, job_id: uuid.UUID, batch: Batch) -> None:
+        if batch.part == 1:
+            positions = self.positions.setdefault(job_id, {})
+            positions[(batch.chunk_no, batch.partition)] = (batch.end_offset, batch.end_line)
+
+    async def apply_batch(self, job: Job, batch: Batch, *, lane: bool = False) -> Counters | None:
         if batch.key in self.ledger[job.id]:
+            return None
+        if lane and not self._in_lane(job, batch):
             return None
         applied = self.model.apply(job.client_id, batch.rows, job.strategy)
         counters = Counters(
@@ -158,6 +205,7 @@ class InMemoryStore:
             invalid=batch.invalid,
         )
         self.ledger[job.id][batch.key] = counters
+        self._position(job.id, batch)
         self.issues[job.id].extend(batch.issues)
         return counters
 
@@ -169,10 +217,14 @@ class InMemoryStore:
         error: str,
         *,
         reason: Reason = Reason.CHUNK_DISCARDED,
+        lane: bool = False,
     ) -> None:
         if batch.key in self.ledger[job.id]:
             return
+        if lane and not self._in_lane(job, batch):
+            return
         self.ledger[job.id][batch.key] = lifecycle.discarded_counters(batch)
+        self._position(job.id, batch)
         lost = (RowIssue(r.line, None, reason, error[:1024], Severity.ERROR) for r in batch.rows)
         self.issues[job.id].extend((*batch.issues, *lost))
 

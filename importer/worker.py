@@ -44,8 +44,15 @@ from importer.exceptions import (
 from importer.lifecycle import RunEnding
 from importer.models import Counters, Job, JobStatus, Reason
 from importer.pipeline import ImportRun, PipelineConfig
-from importer.ports import Finalized, JobQueue, ObjectStore, Throttle
-from importer.service import ObjectSource
+from importer.ports import (
+    Finalized,
+    JobQueue,
+    NullObserver,
+    ObjectStore,
+    PipelineObserver,
+    Throttle,
+)
+from importer.service import ObjectSource, rows_per_second
 from importer.settings import Settings
 from importer.validate import parse_layout
 
@@ -80,8 +87,10 @@ class Worker:
         max_jobs: int = 1,
         burst: bool = False,
         throttle: Throttle | None = None,
+        observer: PipelineObserver | None = None,
     ) -> None:
         self.owner = owner
+        self._observer: PipelineObserver = observer or NullObserver()
         self._throttle = throttle
         self._store = store
         self._objects = objects
@@ -156,9 +165,25 @@ class Worker:
     # --- one job ------------------------------------------------------------------------------
 
     async def _run_job(self, job: Job) -> None:
-        """Run one claimed job with its heartbeat, then end it; one log line each way."""
-        started = time.perf_counter()
-        job_log = log.bind(job_id=str(job.id), client_id=job.client_id, owner=self.owner)
+        """Run one claimed job, observed, with ``job_id`` and ``client_id`` bound in the context.
+
+        The binding is this job task's alone (tasks copy the context: the heartbeat's and the
+        pipeline's lines carry it too) and is reset when the job ends.
+        """
+        with structlog.contextvars.bound_contextvars(job_id=str(job.id), client_id=job.client_id):
+            started = time.perf_counter()
+            status: JobStatus | None = None
+            self._observer.on_job_started(job.client_id)
+            try:
+                status = await self._run_claimed(job, started)
+            finally:
+                seconds = time.perf_counter() - started
+                self._observer.on_job_finished(job.client_id, status, seconds)
+
+    async def _run_claimed(self, job: Job, started: float) -> JobStatus | None:
+        """Run the job with its heartbeat, then end it; one log line each way. Returns the
+        job's terminal status, or None when it was left to a later run."""
+        job_log = log.bind(owner=self.owner)
         job_log.info(
             "job_claimed", status=job.status.value, resumed=job.status is not JobStatus.QUEUED
         )
@@ -179,18 +204,22 @@ class Worker:
         )
         finalized = await self._end(job, ending, finalized, job_log) or finalized
         counters = finalized.counters if finalized is not None else job_run.counters
+        status = finalized.status if finalized is not None else None
+        seconds = time.perf_counter() - started
         job_log.info(  # the canonical line of a job
             "job_finished",
             ending=ending.value,
-            status=finalized.status.value if finalized is not None else None,
+            status=status.value if status is not None else None,
             rows_read=counters.rows_read,
             inserted=counters.inserted,
             updated=counters.updated,
             invalid=counters.invalid,
             error=counters.error,
             ignored=counters.ignored,
-            ms=round((time.perf_counter() - started) * 1000, 1),
+            ms=round(seconds * 1000, 1),
+            rows_per_s=rows_per_second(job_run.counters.rows_read, seconds),  # this run's
         )
+        return status
 
     async def _attempt(
         self, job: Job, job_run: _JobRun, job_log: structlog.typing.FilteringBoundLogger
@@ -222,7 +251,13 @@ class Worker:
         except LayoutError:
             return await self._fail(job, job_run, Reason.INVALID_LAYOUT)
         run = ImportRun(
-            job, source, self._store, config, stop=job_run.stop, throttle=self._throttle
+            job,
+            source,
+            self._store,
+            config,
+            stop=job_run.stop,
+            throttle=self._throttle,
+            observer=self._observer,
         )
         job_run.counters = run.state.counters
         return await run.run()

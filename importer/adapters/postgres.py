@@ -24,6 +24,7 @@ from importer.exceptions import (
     ContentRefusedError,
     IllegalTransitionError,
     JobNotFoundError,
+    LaneNotReadyError,
     LeaseLostError,
     StoreError,
     TransientStoreError,
@@ -31,6 +32,7 @@ from importer.exceptions import (
 from importer.models import (
     TERMINAL_STATUSES,
     Batch,
+    Checkpoint,
     ConflictStrategy,
     ContactRow,
     Counters,
@@ -246,8 +248,10 @@ class PostgresStore:
         sources: list[str],
         owner: str | None,
     ) -> asyncpg.Record | None:
-        """finalize_job in the caller's transaction, committed synchronously."""
+        """finalize_job in the caller's transaction, committed synchronously, once the batches
+        in flight on other instances have committed (``lock_job``)."""
         await conn.execute(self._q["synchronous_commit"])
+        await conn.execute(self._q["lock_job"], job_id)
         return await conn.fetchrow(
             self._q["finalize_job"], job_id, target.value, fail_reason, _now(), sources, owner
         )
@@ -278,13 +282,19 @@ class PostgresStore:
             rows = await self._pool.fetch(self._q["done_batches"], job_id)
         return frozenset((r["chunk_no"], r["partition"], r["part"]) for r in rows)
 
+    async def checkpoint(self, job_id: uuid.UUID, partitions: int) -> Checkpoint | None:
+        with translated_errors():
+            row = await self._pool.fetchrow(self._q["checkpoint"], job_id, partitions)
+        return None if row is None else Checkpoint(*row)
+
     # --- batches ------------------------------------------------------------------------------
 
-    async def apply_batch(self, job: Job, batch: Batch) -> Counters | None:
+    async def apply_batch(self, job: Job, batch: Batch, *, lane: bool = False) -> Counters | None:
         """One transaction: the rows' writes, the issues, then the ledger row with the counters.
 
         The ledger row goes last: if the batch was already applied (a duplicate or a race with
-        another worker), its primary key refuses the row and everything rolls back.
+        another worker), its primary key refuses the row and everything rolls back. With
+        ``lane`` (multi-instance imports), the batch first enters its lane (:meth:`_in_lane`).
         """
         try:
             with translated_errors():
@@ -292,6 +302,8 @@ class PostgresStore:
                     self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn,
                     conn.transaction(),
                 ):
+                    if lane and not await self._in_lane(conn, job, batch):
+                        return None
                     new_keys = await self._write_rows(conn, job, batch.rows) if batch.rows else 0
                     await self._write_issues(conn, job.id, batch.issues)
                     if failpoints.armed is not None:
@@ -302,6 +314,47 @@ class PostgresStore:
             return None
         await self._keep_statistics(counters.inserted)
         return counters
+
+    async def _in_lane(self, conn: Conn, job: Job, batch: Batch) -> bool:
+        """Whether the batch may apply now, in chunk order within its key partition's lane.
+
+        A whole batch moves the lane past its chunk, in its own transaction (the lane row stays
+        locked until it commits: the next chunk's batch waits for it). A piece of a split batch
+        only checks that the lane still stands at its chunk (:meth:`advance_lane` moves it once
+        every piece is in). False: the lane has passed the chunk (a repeat, a no-op);
+        LaneNotReadyError: an earlier chunk of the lane is not in yet.
+        """
+        key = (job.id, batch.partition)
+        if batch.part == 1 and await conn.fetchval(self._q["enter_lane"], *key, batch.chunk_no):
+            return True
+        position = await conn.fetchval(self._q["lane_position"], *key)
+        if position is None:
+            raise LaneNotReadyError(f"import {job.id} has no lane {batch.partition}", None)
+        if position == batch.chunk_no and batch.part != 1:
+            return True
+        if position > batch.chunk_no:
+            return False
+        raise LaneNotReadyError(
+            f"import {job.id} lane {batch.partition} is at chunk {position}", position
+        )
+
+    async def open_lanes(self, job_id: uuid.UUID, partitions: int) -> None:
+        with translated_errors():
+            await self._pool.execute(self._q["open_lanes"], job_id, partitions)
+
+    async def advance_lane(self, job: Job, batch: Batch) -> bool:
+        """Move the lane past a split batch once all its pieces are in; False if it had moved."""
+        with translated_errors():
+            moved = await self._pool.fetchval(
+                self._q["enter_lane"], job.id, batch.partition, batch.chunk_no
+            )
+        return moved is not None
+
+    async def lanes_behind(self, job_id: uuid.UUID) -> int | None:
+        """The chunk every lane has passed (None: the job has no lanes)."""
+        with translated_errors():
+            value: int | None = await self._pool.fetchval(self._q["lanes_behind"], job_id)
+        return value
 
     async def _keep_statistics(self, inserted: int) -> None:
         """ANALYZE each time this store's inserts double: plans stay right as tables grow."""
@@ -325,12 +378,15 @@ class PostgresStore:
         error: str,
         *,
         reason: Reason = Reason.CHUNK_DISCARDED,
+        lane: bool = False,
     ) -> None:
         lost = tuple(
             RowIssue(r.line, None, reason, error[:1024], Severity.ERROR) for r in batch.rows
         )
         with contextlib.suppress(BatchAlreadyAppliedError), translated_errors():
             async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
+                if lane and not await self._in_lane(conn, job, batch):
+                    return
                 await self._write_issues(conn, job.id, batch.issues + lost)
                 counters = lifecycle.discarded_counters(batch)
                 await self._record(conn, job, batch, "discarded", counters, attempts, error)
@@ -362,6 +418,7 @@ class PostgresStore:
             attempts,
             error,
             batch.part,
+            batch.end_line,
         )
         if job.lease_owner is None:
             recorded = await conn.fetchval(self._q["record_batch"], *values) is not None

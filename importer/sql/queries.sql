@@ -3,31 +3,32 @@
 -- name: record_batch
 -- The ledger row, last in the batch's transaction: a repeat finds the primary key taken, gets
 -- no row back, and rolls the whole batch back. $15: the part (1: the whole batch; the pieces
--- of a split batch have their own rows, see Batch.part).
+-- of a split batch have their own rows, see Batch.part); $16: the line after the chunk (with
+-- end_offset, the reader's checkpoint).
 INSERT INTO import_chunk (job_id, chunk_no, partition, status, first_line, end_offset,
                           rows_read, inserted, updated, invalid, error, ignored, attempts,
-                          error_message, part)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                          error_message, part, end_line)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 ON CONFLICT (job_id, chunk_no, partition, part) DO NOTHING
 RETURNING 1;
 
 -- name: record_batch_fenced
 -- record_batch for a worker's run, fenced by its lease in the same statement (no extra round
--- trip): the ledger row is written only while $16 holds the lease of the job, still in one of
--- the statuses $17. The job row is locked FOR KEY SHARE until the batch commits, so a reclaim
+-- trip): the ledger row is written only while $17 holds the lease of the job, still in one of
+-- the statuses $18. The job row is locked FOR KEY SHARE until the batch commits, so a reclaim
 -- (FOR UPDATE) cannot slip between this check and the commit: it waits, or skips the job.
 -- held = false: the lease is lost (the caller rolls the whole batch back); recorded = false:
 -- the batch was already applied.
 WITH lease AS (
     SELECT id FROM import_job
-    WHERE id = $1 AND lease_owner = $16 AND status = ANY($17::text[])
+    WHERE id = $1 AND lease_owner = $17 AND status = ANY($18::text[])
     FOR KEY SHARE
 ),
 recorded AS (
     INSERT INTO import_chunk (job_id, chunk_no, partition, status, first_line, end_offset,
                               rows_read, inserted, updated, invalid, error, ignored, attempts,
-                              error_message, part)
-    SELECT id, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15 FROM lease
+                              error_message, part, end_line)
+    SELECT id, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16 FROM lease
     ON CONFLICT (job_id, chunk_no, partition, part) DO NOTHING
     RETURNING 1
 )
@@ -230,6 +231,63 @@ SELECT * FROM import_job WHERE id = $1;
 -- name: done_batches
 SELECT chunk_no, partition, part FROM import_chunk WHERE job_id = $1;
 
+-- name: open_lanes
+-- The job's $2 lanes, each at the first chunk its partition has not committed whole (a resumed
+-- job's ledger may already hold some); lanes that exist are left as they are.
+INSERT INTO import_lane (job_id, partition, next_chunk)
+SELECT $1, p, (
+    SELECT coalesce(max(done.chunk_no) + 1, 0)
+    FROM (
+        SELECT chunk_no, row_number() OVER (ORDER BY chunk_no) - 1 AS rank
+        FROM import_chunk
+        WHERE job_id = $1 AND partition = p AND part = 1
+    ) done
+    WHERE done.chunk_no = done.rank
+)
+FROM generate_series(0, $2 - 1) AS p
+ON CONFLICT (job_id, partition) DO NOTHING;
+
+-- name: enter_lane
+-- First in a whole batch's transaction: moves lane $2 of job $1 past chunk $3 if it stands at
+-- it. The row stays locked until the batch commits: the next chunk's batch waits on it here and
+-- then finds the lane at its chunk. No row: the lane is elsewhere (lane_position tells where).
+UPDATE import_lane SET next_chunk = $3 + 1
+WHERE job_id = $1 AND partition = $2 AND next_chunk = $3
+RETURNING next_chunk;
+
+-- name: lane_position
+SELECT next_chunk FROM import_lane WHERE job_id = $1 AND partition = $2;
+
+-- name: lanes_behind
+-- The chunk every lane of the job has passed: the coordinator's progress and end condition.
+SELECT min(next_chunk) FROM import_lane WHERE job_id = $1;
+
+-- name: lock_job
+-- Before a finalization that batches of other instances may race: waits for the batches in
+-- flight (they hold the job FOR KEY SHARE) so the totals read next include them; later ones
+-- then find the job final and are refused.
+SELECT status FROM import_job WHERE id = $1 FOR UPDATE;
+
+-- name: checkpoint
+-- Where a resumed run starts reading: the last chunk of the prefix 0..c that every one of the
+-- $2 partitions committed whole (part 1, done or discarded), with the reader's position after
+-- it. No row when chunk 0 is not whole (or the ledger predates end_line).
+WITH whole AS (
+    SELECT chunk_no, min(end_offset) AS end_offset, min(end_line) AS end_line
+    FROM import_chunk
+    WHERE job_id = $1 AND part = 1
+    GROUP BY chunk_no
+    HAVING count(*) = $2 AND count(end_line) = $2
+),
+prefix AS (
+    SELECT chunk_no, end_offset, end_line,
+           chunk_no + 1 - row_number() OVER (ORDER BY chunk_no) AS gap
+    FROM whole
+)
+SELECT chunk_no, end_offset, end_line FROM prefix WHERE gap = 0
+ORDER BY chunk_no DESC
+LIMIT 1;
+
 -- name: synchronous_commit
 SET LOCAL synchronous_commit = on;
 
@@ -303,6 +361,15 @@ released AS (
            CASE WHEN kind = 'email' THEN jsonb_build_object('id', id, 'channelId', 3)
                 ELSE jsonb_build_object('id', id) END
     FROM firing
+),
+follow_up AS (
+    -- Seed 001's follow-up job: the client's contact statistics are refreshed after an import
+    -- that wrote rows (not after a failed or cancelled one).
+    INSERT INTO outbox (message_id, topic, payload)
+    SELECT 'stats-refresh:' || j.id, 'contact-import/stats-refresh',
+           jsonb_build_object('job_id', j.id, 'client_id', j.client_id)
+    FROM job j JOIN finalized f ON f.batch_id = j.id
+    WHERE j.status NOT IN ('failed', 'cancelled')
 )
 SELECT j.status, j.rows_read, j.inserted, j.updated, j.invalid, j.error, j.ignored
 FROM job j JOIN finalized f ON f.batch_id = j.id;
@@ -358,3 +425,27 @@ ON CONFLICT (import_job_id) DO NOTHING;
 
 -- name: ping
 SELECT 1;
+
+-- outbox relay
+-- The relay's batch, locked until its transaction ends: rows of the known topics ($1) in id
+-- order, skipping those another relay holds. Rows of other topics stay unpublished (the relay
+-- reports them with unknown_outbox_topics); filtering them here keeps them from filling every
+-- batch and stalling the known ones behind them.
+
+-- name: lock_outbox
+SELECT id, message_id, topic, payload::text AS payload
+FROM outbox
+WHERE published_at IS NULL AND topic = ANY($1::text[])
+ORDER BY id
+LIMIT $2
+FOR UPDATE SKIP LOCKED;
+
+-- name: mark_outbox_published
+UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[]);
+
+-- name: unknown_outbox_topics
+SELECT topic, count(*) AS messages
+FROM outbox
+WHERE published_at IS NULL AND NOT (topic = ANY($1::text[]))
+GROUP BY topic
+ORDER BY topic;

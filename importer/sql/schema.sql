@@ -172,12 +172,15 @@ CREATE TABLE IF NOT EXISTS import_chunk (
     attempts       integer NOT NULL DEFAULT 1,
     error_message  text,
     done_at        timestamptz NOT NULL DEFAULT now(),
+    end_line       integer,  -- the line after the chunk: with end_offset, the reader's checkpoint
     PRIMARY KEY (job_id, chunk_no, partition, part),
     CHECK (rows_read = inserted + updated + invalid + error + ignored)
 );
 
 -- Poison-row isolation: ledgers made before it get the part column and a primary key over it.
 ALTER TABLE import_chunk ADD COLUMN IF NOT EXISTS part integer NOT NULL DEFAULT 1;
+-- Checkpoint resume: ledgers made before it have no end_line (their jobs resume from the start).
+ALTER TABLE import_chunk ADD COLUMN IF NOT EXISTS end_line integer;
 DO $$
 BEGIN
     IF NOT EXISTS (
@@ -189,6 +192,16 @@ BEGIN
             ADD PRIMARY KEY (job_id, chunk_no, partition, part);
     END IF;
 END $$;
+
+-- Multi-instance imports (RABBITMQ_URL): each key partition of a job is a lane whose batches
+-- apply in chunk order, on whichever instance receives them. A batch enters its lane only when
+-- next_chunk is its chunk, and moves it on in the same transaction as its writes and ledger row.
+CREATE TABLE IF NOT EXISTS import_lane (
+    job_id      uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
+    partition   integer NOT NULL CHECK (partition >= 0),
+    next_chunk  integer NOT NULL DEFAULT 0 CHECK (next_chunk >= 0),
+    PRIMARY KEY (job_id, partition)
+);
 
 -- Invalid rows and warnings, with the 1-based physical line where the record starts.
 CREATE TABLE IF NOT EXISTS import_row_error (
@@ -227,6 +240,18 @@ CREATE TABLE IF NOT EXISTS outbox (
 );
 
 CREATE INDEX IF NOT EXISTS outbox_unpublished_idx ON outbox (id) WHERE published_at IS NULL;
+
+-- The relay LISTENs on importer_outbox: a committed insert wakes it (it polls besides, so a lost
+-- notification only delays). One notification per statement; PostgreSQL folds repeats in a
+-- transaction.
+CREATE OR REPLACE FUNCTION importer_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('importer_outbox', '');
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER outbox_notify AFTER INSERT ON outbox
+    FOR EACH STATEMENT EXECUTE FUNCTION importer_outbox_notify();
 
 -- Seed 003 section 9: the journey's mailing waits for the import.
 CREATE TABLE IF NOT EXISTS journey_classification_contact (

@@ -136,9 +136,19 @@ async def test_finalization_writes_one_row_and_one_notification(
     outcome = await import_file(db_dsn, path, 12, chunk_size=1, concurrency=4)
     assert await finalization_counts(db_dsn, outcome.job_id) == (1, 1)
     note = await fetch(
-        db_dsn, "SELECT payload FROM outbox WHERE payload->>'job_id' = $1", str(outcome.job_id)
+        db_dsn,
+        "SELECT payload FROM outbox WHERE topic = 'notification' AND payload->>'job_id' = $1",
+        str(outcome.job_id),
     )
     assert '"import_partial"' in note[0]["payload"]  # one invalid row
+    follow_up = await fetch(
+        db_dsn,
+        "SELECT message_id, payload FROM outbox"
+        " WHERE topic = 'contact-import/stats-refresh' AND payload->>'job_id' = $1",
+        str(outcome.job_id),
+    )
+    assert [r["message_id"] for r in follow_up] == [f"stats-refresh:{outcome.job_id}"]
+    assert '"client_id": 12' in follow_up[0]["payload"]
 
 
 async def test_two_concurrent_imports_of_one_client_never_duplicate(

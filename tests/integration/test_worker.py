@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from importer import lifecycle
 from importer.exceptions import LeaseLostError
 from importer.models import Batch, ContactRow, Counters, Job, JobStatus
 from importer.pipeline import ImportRun, PipelineConfig
@@ -172,6 +173,19 @@ async def test_a_lost_worker_s_job_is_reclaimed_resumed_and_fenced(
     assert await run_a.run() is None  # stopped between chunks, not finalized
     done_by_a = await ledger(env.dsn, job_id)
     assert 30 <= done_by_a.rows_read < 400
+    # B will read on from A's checkpoint: the SQL twin of lifecycle.checkpoint over the ledger.
+    positions = await fetch(
+        env.dsn,
+        "SELECT chunk_no, partition, end_offset, end_line FROM import_chunk"
+        " WHERE job_id = $1 AND part = 1",
+        job_id,
+    )
+    expected_checkpoint = lifecycle.checkpoint(
+        {(r[0], r[1]): (r[2], r[3]) for r in positions}, PARTITIONS
+    )
+    assert expected_checkpoint is not None
+    assert expected_checkpoint.end_offset > 0
+    assert await store.checkpoint(job_id, PARTITIONS) == expected_checkpoint
 
     # Worker B reclaims the expired lease and resumes where A stopped.
     async def claim_b() -> Job | None:

@@ -1,0 +1,96 @@
+"""The outbox on PostgreSQL (asyncpg): what the relay reads, locks and marks published."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Collection, Sequence
+
+import asyncpg
+
+from importer.adapters.postgres import translated_errors
+from importer.ports import OutboxMessage
+from importer.sql import queries
+
+OUTBOX_CHANNEL = "importer_outbox"  # schema.sql's trigger notifies it after an insert into outbox
+# A pool that cannot hand out a connection fails the relay's round (it backs off and retries).
+_ACQUIRE_TIMEOUT_S = 30.0
+_SESSION = {"application_name": "importer"}  # the operators' pg_terminate_backend finds it
+
+
+class PostgresOutbox:
+    """The :class:`importer.ports.Outbox` on PostgreSQL."""
+
+    def __init__(self, pool: asyncpg.Pool, *, dsn: str | None = None) -> None:
+        """``dsn``: where :meth:`wait_for_messages` LISTENs (its own connection); without it,
+        the waits are plain polls."""
+        self._pool = pool
+        self._dsn = dsn
+        self._listener: asyncpg.Connection | None = None
+        self._written = asyncio.Event()
+        self._q = queries()
+
+    async def publish_pending(
+        self,
+        limit: int,
+        topics: Sequence[str],
+        publish: Callable[[Sequence[OutboxMessage]], Awaitable[Collection[int]]],
+    ) -> int:
+        """See :meth:`importer.ports.Outbox.publish_pending`. The rows stay locked while
+        ``publish`` runs: a crash before the commit leaves them unpublished (re-published later
+        under the same message ids: at least once)."""
+        with translated_errors():
+            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
+                rows = await conn.fetch(self._q["lock_outbox"], list(topics), limit)
+                if not rows:
+                    return 0
+                published = await publish([_message(row) for row in rows])
+                if published:
+                    await conn.execute(self._q["mark_outbox_published"], sorted(published))
+        return len(rows)
+
+    async def unknown_topics(self, topics: Sequence[str]) -> dict[str, int]:
+        with translated_errors():
+            rows = await self._pool.fetch(self._q["unknown_outbox_topics"], list(topics))
+        return {row["topic"]: row["messages"] for row in rows}
+
+    async def wait_for_messages(self, timeout_s: float) -> None:
+        """Return when a notification came since the last call (or meanwhile), or after the
+        timeout. A dropped LISTEN connection wakes the waiter; the next call reconnects."""
+        if self._dsn is not None:
+            await self._listen()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._written.wait(), timeout_s)
+        self._written.clear()
+
+    async def close(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with translated_errors():
+                await listener.close()
+
+    async def _listen(self) -> None:
+        if self._listener is not None and not self._listener.is_closed():
+            return
+        assert self._dsn is not None
+        with translated_errors():
+            conn = await asyncpg.connect(self._dsn, server_settings=_SESSION)
+            try:
+                await conn.add_listener(OUTBOX_CHANNEL, self._on_written)
+            except BaseException:
+                await conn.close()
+                raise
+        conn.add_termination_listener(self._on_listener_lost)
+        self._listener = conn
+
+    def _on_written(self, *_notification: object) -> None:
+        self._written.set()
+
+    def _on_listener_lost(self, conn: object) -> None:
+        if conn is self._listener:
+            self._listener = None
+        self._written.set()
+
+
+def _message(row: asyncpg.Record) -> OutboxMessage:
+    return OutboxMessage(row["id"], row["message_id"], row["topic"], row["payload"].encode())
