@@ -72,6 +72,14 @@ class LaneNotReadyError(ImporterError):
         self.position = position  # the chunk the lane stands at (None: the job has no lanes)
 
 
+class LaneSplitError(ImporterError):
+    """Another delivery of this batch split it and committed pieces: go on piece by piece."""
+
+    def __init__(self, message: str, done_parts: frozenset[int]) -> None:
+        super().__init__(message)
+        self.done_parts = done_parts  # the pieces the ledger holds
+
+
 class LeaseLostError(ImporterError):
     """Another worker took over this import."""
 

@@ -10,19 +10,16 @@ number of consumers. Each batch commits its writes, its counters and its ledger 
 from __future__ import annotations
 
 import asyncio
-import time
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import structlog
 
-from importer import failpoints, lifecycle
+from importer import lifecycle
+from importer.applier import BatchApplier
 from importer.exceptions import (
-    ContentRefusedError,
     FileRejectedError,
-    StoreError,
-    TransientStoreError,
 )
 from importer.models import (
     Batch,
@@ -92,23 +89,6 @@ class NullProgress:
 
     def on_batch(self, counters: Counters, bytes_read: int) -> None:
         pass
-
-
-def _failure_kind(exc: StoreError) -> lifecycle.FailureKind:
-    if isinstance(exc, TransientStoreError):
-        return lifecycle.FailureKind.TRANSIENT
-    if isinstance(exc, ContentRefusedError):
-        return lifecycle.FailureKind.CONTENT
-    return lifecycle.FailureKind.OTHER
-
-
-def _drop_queued(queues: Iterable[asyncio.Queue[Batch | None]]) -> int:
-    """Empty the queues of a run that ended; the number of batches they still held."""
-    dropped = 0
-    for queue in queues:
-        while not queue.empty():
-            dropped += queue.get_nowait() is not None
-    return dropped
 
 
 def partition_of(key: str, partitions: int) -> int:
@@ -445,8 +425,7 @@ class ImportRun:
         self._queues: list[asyncio.Queue[Batch | None]] = [
             asyncio.Queue(config.queue_depth) for _ in range(job.partitions)
         ]
-        # (chunk_no, partition) → the parts of split batches the ledger marks done (resume).
-        self._done_parts: dict[tuple[int, int], frozenset[int]] = {}
+        self._applier = BatchApplier(store, job, max_attempts=config.max_batch_attempts)
 
     async def run(self) -> Finalized | None:
         """Run to the end: the finalization's result, or None when stopped before the end.
@@ -461,7 +440,13 @@ class ImportRun:
         await store.transition(self.job.id, lifecycle.entry_status(self.job.status), owner=owner)
         self._progress.on_start(self._source.size)
         done = await store.done_batches(self.job.id)
-        self._done_parts = lifecycle.done_parts(done)
+        self._applier = BatchApplier(
+            store,
+            self.job,
+            max_attempts=self._config.max_batch_attempts,
+            observer=self._observer,
+            done_parts=lifecycle.done_parts(done),
+        )
         checkpoint = await store.checkpoint(self.job.id, self.job.partitions) if done else None
         if checkpoint is not None:
             log.info(
@@ -582,92 +567,21 @@ class ImportRun:
 
     async def _consume(self, partition: int) -> None:
         queue = self._queues[partition]
-        store = self._store
         while (batch := await queue.get()) is not None:
             self._observer.on_queue_depth(-1)
             await self._throttle.wait_turn()
             with structlog.contextvars.bound_contextvars(
                 chunk=batch.chunk_no, partition=batch.partition
             ):
-                counters = await self._apply(store, batch)
+                counters = await self._applier.apply(batch)
             self.state.counters.add(counters)
             self._progress.on_batch(self.state.counters, self.state.bytes_read)
 
-    async def _apply(self, store: Store, batch: Batch) -> Counters:
-        """Apply a batch (or a piece of one) with retries.
 
-        A transient failure retries with backoff and, once attempts run out, discards the piece.
-        A content failure (the database refused a row) splits the piece and applies its halves
-        in order, down to the poison row, which alone is rejected (``lifecycle.failure_action``).
-        """
-        done = self._done_parts.get((batch.chunk_no, batch.partition), frozenset())
-        if batch.part in done:  # a piece a previous run committed
-            return Counters()
-        if lifecycle.split_on_resume(batch.part, done):
-            return await self._apply_halves(store, batch)
-        # job_id, client_id, chunk and partition come from the context (``_consume``).
-        batch_log = log.bind(part=batch.part) if batch.part != 1 else log.bind()
-        started = time.perf_counter()
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                counters = await store.apply_batch(self.job, batch)
-            except StoreError as exc:
-                action = lifecycle.failure_action(
-                    batch, attempt, self._config.max_batch_attempts, _failure_kind(exc)
-                )
-                if action is lifecycle.FailureAction.RETRY:
-                    batch_log.warning("batch_retry", attempt=attempt, error=str(exc))
-                    self._observer.on_batch_retry()
-                    await asyncio.sleep(lifecycle.retry_delay(attempt))
-                    continue
-                return await self._on_failure(store, batch, action, attempt, exc, batch_log)
-            if failpoints.armed is not None:
-                await failpoints.armed.reach(failpoints.AFTER_COMMIT)
-            applied = counters if counters is not None else Counters()
-            seconds = time.perf_counter() - started
-            self._observer.on_batch_applied(applied, seconds, repeated=counters is None)
-            batch_log.info(  # the canonical line of a batch
-                "chunk_applied",
-                rows=batch.rows_read,
-                inserted=applied.inserted,
-                updated=applied.updated,
-                invalid=applied.invalid,
-                ignored=applied.ignored,
-                attempts=attempt,
-                ms=round(seconds * 1000, 1),
-                repeated=counters is None,
-            )
-            return applied
-
-    async def _on_failure(
-        self,
-        store: Store,
-        batch: Batch,
-        action: lifecycle.FailureAction,
-        attempts: int,
-        exc: Exception,
-        batch_log: structlog.typing.FilteringBoundLogger,
-    ) -> Counters:
-        """Split, reject or discard a piece that failed for good."""
-        if action is lifecycle.FailureAction.SPLIT:
-            batch_log.warning("batch_split", rows=len(batch.rows), error=str(exc))
-            self._observer.on_batch_split()
-            return await self._apply_halves(store, batch)
-        if action is lifecycle.FailureAction.REJECT:
-            batch_log.warning("row_rejected", line=batch.rows[0].line, error=str(exc))
-            reason = Reason.ROW_REJECTED
-        else:
-            batch_log.error("batch_discarded", attempts=attempts, error=str(exc))
-            reason = Reason.CHUNK_DISCARDED
-        await store.discard_batch(self.job, batch, attempts, str(exc), reason=reason)
-        counters = lifecycle.discarded_counters(batch)
-        self._observer.on_batch_discarded(counters, rejected=reason is Reason.ROW_REJECTED)
-        return counters
-
-    async def _apply_halves(self, store: Store, batch: Batch) -> Counters:
-        """The halves one after the other: per key, rows keep file order."""
-        first, second = lifecycle.split_batch(batch)
-        applied_first = await self._apply(store, first)
-        return lifecycle.sum_counters((applied_first, await self._apply(store, second)))
+def _drop_queued(queues: Iterable[asyncio.Queue[Batch | None]]) -> int:
+    """Empty the queues of a run that ended; the number of batches they still held."""
+    dropped = 0
+    for queue in queues:
+        while not queue.empty():
+            dropped += queue.get_nowait() is not None
+    return dropped

@@ -12,7 +12,12 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from importer import lifecycle
-from importer.exceptions import IllegalTransitionError, JobNotFoundError, LaneNotReadyError
+from importer.exceptions import (
+    IllegalTransitionError,
+    JobNotFoundError,
+    LaneNotReadyError,
+    LaneSplitError,
+)
 from importer.models import (
     Batch,
     Channel,
@@ -100,6 +105,7 @@ class InMemoryStore:
         # Whole batches' reader positions: (chunk_no, partition) → (end_offset, end_line).
         self.positions: dict[uuid.UUID, dict[tuple[int, int], tuple[int, int]]] = {}
         self.lanes: dict[tuple[uuid.UUID, int], int] = {}  # (job, partition) → next chunk
+        self.lane_splits: dict[tuple[uuid.UUID, int], int] = {}  # → chunk going in by pieces
         self.issues: dict[uuid.UUID, list[RowIssue]] = {}
         self.custom_fields: dict[tuple[int, str], str] = {}
         self.created_fields: dict[uuid.UUID, int] = {}
@@ -155,13 +161,19 @@ class InMemoryStore:
 
     def _in_lane(self, job: Job, batch: Batch) -> bool:
         """PostgresStore._in_lane, in memory."""
-        position = self.lanes.get((job.id, batch.partition))
+        key = (job.id, batch.partition)
+        position = self.lanes.get(key)
         if position is None:
             raise LaneNotReadyError(f"import {job.id} has no lane {batch.partition}", None)
         if position == batch.chunk_no:
-            if batch.part == 1:
-                self.lanes[(job.id, batch.partition)] = position + 1
-            return True
+            if batch.part != 1:
+                self.lane_splits[key] = position
+                return True
+            if self.lane_splits.get(key) != position:
+                self.lanes[key] = position + 1
+                return True
+            parts = {part for (c, p, part) in self.ledger[job.id] if (c, p) == batch.key[:2]}
+            raise LaneSplitError(f"chunk {batch.chunk_no} goes in by pieces", frozenset(parts))
         if position > batch.chunk_no:
             return False
         raise LaneNotReadyError(f"lane {batch.partition} is at chunk {position}", position)

@@ -25,6 +25,7 @@ from importer.exceptions import (
     IllegalTransitionError,
     JobNotFoundError,
     LaneNotReadyError,
+    LaneSplitError,
     LeaseLostError,
     StoreError,
     TransientStoreError,
@@ -318,25 +319,35 @@ class PostgresStore:
     async def _in_lane(self, conn: Conn, job: Job, batch: Batch) -> bool:
         """Whether the batch may apply now, in chunk order within its key partition's lane.
 
-        A whole batch moves the lane past its chunk, in its own transaction (the lane row stays
+        A whole batch moves the lane past its chunk in its own transaction (the lane row stays
         locked until it commits: the next chunk's batch waits for it). A piece of a split batch
-        only checks that the lane still stands at its chunk (:meth:`advance_lane` moves it once
-        every piece is in). False: the lane has passed the chunk (a repeat, a no-op);
-        LaneNotReadyError: an earlier chunk of the lane is not in yet.
+        marks the lane as going in by pieces (:meth:`advance_lane` moves it on after the last).
+        False: the lane has passed the chunk (a repeat, a no-op). LaneNotReadyError: an earlier
+        chunk of the lane is not in yet. LaneSplitError: a whole batch another delivery split.
         """
-        key = (job.id, batch.partition)
-        if batch.part == 1 and await conn.fetchval(self._q["enter_lane"], *key, batch.chunk_no):
-            return True
-        position = await conn.fetchval(self._q["lane_position"], *key)
-        if position is None:
-            raise LaneNotReadyError(f"import {job.id} has no lane {batch.partition}", None)
-        if position == batch.chunk_no and batch.part != 1:
-            return True
-        if position > batch.chunk_no:
-            return False
-        raise LaneNotReadyError(
-            f"import {job.id} lane {batch.partition} is at chunk {position}", position
-        )
+        key = (job.id, batch.partition, batch.chunk_no)
+        entered = self._q["enter_lane"] if batch.part == 1 else self._q["enter_lane_piece"]
+        while await conn.fetchval(entered, *key) is None:
+            lane = await conn.fetchrow(self._q["lane_position"], job.id, batch.partition)
+            if lane is None:
+                raise LaneNotReadyError(f"import {job.id} has no lane {batch.partition}", None)
+            position = lane["next_chunk"]
+            if position > batch.chunk_no:
+                return False
+            if position < batch.chunk_no:
+                raise LaneNotReadyError(
+                    f"import {job.id} lane {batch.partition} is at chunk {position}", position
+                )
+            if batch.part == 1 and lane["split_chunk"] == position:
+                parts = await conn.fetch(
+                    self._q["batch_parts"], job.id, batch.chunk_no, batch.partition
+                )
+                raise LaneSplitError(
+                    f"import {job.id} chunk {batch.chunk_no} goes in by pieces",
+                    frozenset(r["part"] for r in parts),
+                )
+            # The lane reached the chunk after the update looked at it: try again.
+        return True
 
     async def open_lanes(self, job_id: uuid.UUID, partitions: int) -> None:
         with translated_errors():
@@ -346,7 +357,7 @@ class PostgresStore:
         """Move the lane past a split batch once all its pieces are in; False if it had moved."""
         with translated_errors():
             moved = await self._pool.fetchval(
-                self._q["enter_lane"], job.id, batch.partition, batch.chunk_no
+                self._q["advance_lane"], job.id, batch.partition, batch.chunk_no
             )
         return moved is not None
 

@@ -249,14 +249,32 @@ ON CONFLICT (job_id, partition) DO NOTHING;
 
 -- name: enter_lane
 -- First in a whole batch's transaction: moves lane $2 of job $1 past chunk $3 if it stands at
--- it. The row stays locked until the batch commits: the next chunk's batch waits on it here and
--- then finds the lane at its chunk. No row: the lane is elsewhere (lane_position tells where).
+-- it and nobody is splitting that chunk's batch. The row stays locked until the batch commits:
+-- the next chunk's batch waits on it here and then finds the lane at its chunk. No row: the
+-- lane is elsewhere, or the batch goes in by pieces (lane_position tells).
+UPDATE import_lane SET next_chunk = $3 + 1
+WHERE job_id = $1 AND partition = $2 AND next_chunk = $3
+  AND split_chunk IS DISTINCT FROM $3
+RETURNING next_chunk;
+
+-- name: enter_lane_piece
+-- First in a split piece's transaction: the lane must stand at the piece's chunk; marks (and
+-- locks) it as going in by pieces, so no whole apply of the batch can follow. advance_lane
+-- moves it on after the last piece.
+UPDATE import_lane SET split_chunk = $3
+WHERE job_id = $1 AND partition = $2 AND next_chunk = $3
+RETURNING next_chunk;
+
+-- name: advance_lane
 UPDATE import_lane SET next_chunk = $3 + 1
 WHERE job_id = $1 AND partition = $2 AND next_chunk = $3
 RETURNING next_chunk;
 
 -- name: lane_position
-SELECT next_chunk FROM import_lane WHERE job_id = $1 AND partition = $2;
+SELECT next_chunk, split_chunk FROM import_lane WHERE job_id = $1 AND partition = $2;
+
+-- name: batch_parts
+SELECT part FROM import_chunk WHERE job_id = $1 AND chunk_no = $2 AND partition = $3;
 
 -- name: lanes_behind
 -- The chunk every lane of the job has passed: the coordinator's progress and end condition.

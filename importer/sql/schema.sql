@@ -200,6 +200,7 @@ CREATE TABLE IF NOT EXISTS import_lane (
     job_id      uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
     partition   integer NOT NULL CHECK (partition >= 0),
     next_chunk  integer NOT NULL DEFAULT 0 CHECK (next_chunk >= 0),
+    split_chunk integer,  -- = next_chunk while that chunk's batch goes in piece by piece
     PRIMARY KEY (job_id, partition)
 );
 

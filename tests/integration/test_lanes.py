@@ -11,12 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from importer.adapters.postgres import PostgresStore
+from importer.applier import BatchApplier
 from importer.exceptions import LaneNotReadyError
-from importer.models import Batch, Job, JobStatus
+from importer.models import Batch, Counters, Job, JobStatus
 from importer.pipeline import BlockParser, PipelineConfig
 from importer.settings import Limits
+from tests.integration.test_poison_rows import POISON, contacts, forbid_poison, write
 from tests.jobs_support import Env, as_tuple, contacts_csv, job_env, ledger, upload_job
-from tests.support import db_state
+from tests.support import db_state, fetch, import_file
 
 pytestmark = pytest.mark.integration
 
@@ -123,3 +126,49 @@ async def test_lanes_of_a_resumed_job_start_after_its_committed_prefix(
     assert positions == {0: 2, 1: 1, 2: 0}
     assert lane0.value.position is not None
     assert uuid.UUID(str(job.id))  # the job is untouched otherwise
+
+
+async def test_a_poison_row_in_a_lane_is_rejected_alone_even_across_deliveries(
+    db_dsn: str, env: Env, client_ids: Iterator[int], tmp_path: Path
+) -> None:
+    """A lane batch the database refuses splits down to its poison row; a delivery that dies
+    mid-split leaves pieces that the next delivery of the batch skips (LaneSplitError path)."""
+    await forbid_poison(db_dsn)
+    rows = contacts({30, 31, 170})
+    path = write(tmp_path / "p.csv", rows)
+    ordered, laned = next(client_ids), next(client_ids)
+    expected = await import_file(db_dsn, path, ordered, chunk_size=9, concurrency=PARTITIONS)
+
+    job = await importing_job(env, laned, path)
+    batches = await batches_of(env, job, path)
+    await env.store.open_lanes(job.id, PARTITIONS)
+    poisoned = next(b for b in batches if any(r.name == POISON for r in b.rows))
+    dying = BatchApplier(DyingStore(env.pool), job, max_attempts=1, lane=True)
+    for batch in (b for b in batches if b.partition == poisoned.partition):
+        if batch is poisoned:
+            with pytest.raises(RuntimeError, match="died"):
+                await dying.apply(batch)  # one piece committed, then the process died
+            break
+        await dying.apply(batch)
+    parts = await fetch(db_dsn, "SELECT part FROM import_chunk WHERE job_id = $1", job.id)
+    assert any(r["part"] > 1 for r in parts)
+    applier = BatchApplier(env.store, job, max_attempts=1, lane=True)
+    for batch in batches:  # every batch delivered again, in file order
+        await applier.apply(batch)
+    got = await ledger(env.dsn, job.id)
+    assert as_tuple(got) == as_tuple(expected.counters)
+    assert await db_state(db_dsn, laned) == await db_state(db_dsn, ordered)
+    assert await env.store.lanes_behind(job.id) == max(b.chunk_no for b in batches) + 1
+
+
+class DyingStore(PostgresStore):
+    """Dies (like a killed process) on the second piece it applies."""
+
+    pieces = 0
+
+    async def apply_batch(self, job: Job, batch: Batch, *, lane: bool = False) -> Counters | None:
+        if batch.part > 1:
+            self.pieces += 1
+            if self.pieces == 2:
+                raise RuntimeError("the process died")
+        return await super().apply_batch(job, batch, lane=lane)

@@ -141,10 +141,10 @@ class CrashingStore(PostgresStore):
 
     pieces_committed = 0
 
-    async def apply_batch(self, job: Job, batch: Batch) -> Counters | None:
+    async def apply_batch(self, job: Job, batch: Batch, *, lane: bool = False) -> Counters | None:
         if batch.part > 1 and self.pieces_committed:
             raise RuntimeError("the process died")
-        applied = await super().apply_batch(job, batch)
+        applied = await super().apply_batch(job, batch, lane=lane)
         if batch.part > 1:
             self.pieces_committed += 1
         return applied

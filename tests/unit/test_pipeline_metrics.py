@@ -126,7 +126,7 @@ class FlakyStore(InMemoryStore):
         self.transient = transient
         self.broken = broken
 
-    async def apply_batch(self, job: Job, batch: Batch) -> Counters | None:
+    async def apply_batch(self, job: Job, batch: Batch, *, lane: bool = False) -> Counters | None:
         if self.transient:
             self.transient -= 1
             raise TransientStoreError("ConnectionDoesNotExistError: gone")
@@ -135,7 +135,7 @@ class FlakyStore(InMemoryStore):
             raise StoreError("InsufficientPrivilegeError: permission denied")
         if any(r.name == POISON for r in batch.rows):
             raise ContentRefusedError('CheckViolationError: violates check constraint "poison"')
-        return await super().apply_batch(job, batch)
+        return await super().apply_batch(job, batch, lane=lane)
 
 
 def source(rows: int, poison: frozenset[int] = frozenset()) -> BytesSource:

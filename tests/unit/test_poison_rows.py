@@ -185,7 +185,7 @@ class PoisonStore(InMemoryStore):
         self.commits = 0
         self.repeats = 0
 
-    async def apply_batch(self, job: Job, batch: Batch) -> Counters | None:
+    async def apply_batch(self, job: Job, batch: Batch, *, lane: bool = False) -> Counters | None:
         if self.failures:
             self.failures -= 1
             if self.transient:
@@ -195,7 +195,7 @@ class PoisonStore(InMemoryStore):
             raise RuntimeError("the process died")
         if any(r.name == POISON for r in batch.rows):
             raise ContentRefusedError('CheckViolationError: violates check constraint "no_poison"')
-        applied = await super().apply_batch(job, batch)
+        applied = await super().apply_batch(job, batch, lane=lane)
         if applied is None:
             self.repeats += 1
         self.commits += 1
