@@ -65,6 +65,7 @@ class BatchApplier:
         self._done_parts = dict(done_parts or {})
         self._lane = lane
         self._give_up = give_up
+        self.discarded_error: str | None = None  # why the last piece given up was given up
 
     async def apply(self, batch: Batch) -> Counters:
         done = self._done_parts.get((batch.chunk_no, batch.partition), frozenset())
@@ -132,6 +133,7 @@ class BatchApplier:
         else:
             batch_log.error("batch_discarded", attempts=attempts, error=str(exc))
             reason = Reason.CHUNK_DISCARDED
+            self.discarded_error = str(exc)
         await self.discard(batch, attempts, str(exc), reason=reason)
         counters = lifecycle.discarded_counters(batch)
         self._observer.on_batch_discarded(counters, rejected=reason is Reason.ROW_REJECTED)

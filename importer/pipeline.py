@@ -10,6 +10,7 @@ number of consumers. Each batch commits its writes, its counters and its ledger 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from importer.applier import BatchApplier
 from importer.exceptions import (
     FileRejectedError,
 )
+from importer.fanout import BatchPublisher
 from importer.models import (
     Batch,
     Checkpoint,
@@ -63,6 +65,7 @@ from importer.validate import (
 log = structlog.get_logger("importer.pipeline")
 
 _SNIFF_BYTES = 64 * 1024
+_LANE_POLL_S = 0.05  # how often a coordinator looks at its lanes while it waits for them
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -74,6 +77,8 @@ class PipelineConfig:
     read_block_bytes: int = 256 * 1024
     queue_depth: int = 2
     max_batch_attempts: int = 4
+    # Multi-instance imports: chunks published ahead of the slowest lane (bounds the broker).
+    publish_window: int = 8
 
 
 class NoThrottle:
@@ -299,6 +304,11 @@ class Chunker:
         self._new_custom: list[str] = []
         self.header_seen = False
 
+    @property
+    def chunks(self) -> int:
+        """Chunks cut so far (numbered on from a checkpoint)."""
+        return self._buffer.chunk_no
+
     def take_new_custom_names(self) -> list[str]:
         names, self._new_custom = self._new_custom, []
         return names
@@ -396,6 +406,7 @@ class RunState:
     counters: Counters = field(default_factory=Counters)
     bytes_read: int = 0
     failure: FileRejectedError | None = None
+    chunks: int = 0  # chunks of the file, once the reader reached its end
 
 
 class ImportRun:
@@ -412,8 +423,11 @@ class ImportRun:
         throttle: Throttle | None = None,
         *,
         observer: PipelineObserver | None = None,
+        publisher: BatchPublisher | None = None,
     ) -> None:
         self.job = job
+        # Multi-instance mode: batches go to the broker for any instance to apply (fanout).
+        self._publisher = publisher
         self._observer: PipelineObserver = observer or NullObserver()
         self._throttle: Throttle = throttle or NoThrottle()
         self._source = source
@@ -426,6 +440,7 @@ class ImportRun:
             asyncio.Queue(config.queue_depth) for _ in range(job.partitions)
         ]
         self._applier = BatchApplier(store, job, max_attempts=config.max_batch_attempts)
+        self._lanes_behind = 0  # multi-instance mode: the chunk every lane has passed
 
     async def run(self) -> Finalized | None:
         """Run to the end: the finalization's result, or None when stopped before the end.
@@ -456,7 +471,11 @@ class ImportRun:
                 offset=checkpoint.end_offset,
                 line=checkpoint.end_line,
             )
+        if self._publisher is not None:
+            await store.open_lanes(self.job.id, self.job.partitions)
         await self._supervise(done, checkpoint)
+        if self._publisher is not None and self.state.failure is None:
+            await self._await_lanes()
         if self.state.failure is not None:
             failure = self.state.failure
             log.warning(
@@ -482,10 +501,11 @@ class ImportRun:
             job_id=str(self.job.id), client_id=self.job.client_id
         ):
             tasks = [asyncio.create_task(reader, name=f"reader:{self.job.id}")]
-            tasks += [
-                asyncio.create_task(self._consume(p), name=f"consumer:{self.job.id}:{p}")
-                for p in range(self.job.partitions)
-            ]
+            if self._publisher is None:
+                tasks += [
+                    asyncio.create_task(self._consume(p), name=f"consumer:{self.job.id}:{p}")
+                    for p in range(self.job.partitions)
+                ]
         try:
             pending: set[asyncio.Task[None]] = set(tasks)
             while pending:
@@ -509,8 +529,9 @@ class ImportRun:
         except FileRejectedError as exc:  # the reader's FileRejected included
             self.state.failure = exc
         # Not in a `finally`: a cancelled reader must not block on a dead consumer's full queue.
-        for queue in self._queues:
-            await queue.put(None)
+        if self._publisher is None:
+            for queue in self._queues:
+                await queue.put(None)
 
     async def _read_blocks(
         self, done: frozenset[tuple[int, int, int]], checkpoint: Checkpoint | None
@@ -535,6 +556,7 @@ class ImportRun:
         batches = await asyncio.to_thread(parser.finish)
         started = await self._ensure_started(parser.chunker, started)
         await self._submit(batches, done)
+        self.state.chunks = parser.chunker.chunks
 
     async def _parse(self, parser: BlockParser) -> list[Batch] | None:
         """The next piece's batches, parsed in a thread once the throttle gives the turn."""
@@ -561,9 +583,32 @@ class ImportRun:
         for batch in batches:
             if self.stop.is_set():
                 return
-            if batch.key not in done:
+            if batch.key in done:
+                continue
+            if self._publisher is not None:
+                await self._publish(self._publisher, batch)
+            else:
                 await self._queues[batch.partition].put(batch)
                 self._observer.on_queue_depth(1)
+
+    async def _publish(self, publisher: BatchPublisher, batch: Batch) -> None:
+        """Publish once the slowest lane is within the window (the broker holds a bounded
+        part of the file, like the in-process queues)."""
+        window = self._config.publish_window
+        while batch.chunk_no >= self._lanes_behind + window and not self.stop.is_set():
+            self._lanes_behind = await self._store.lanes_behind(self.job.id) or 0
+            if batch.chunk_no >= self._lanes_behind + window:
+                await asyncio.sleep(_LANE_POLL_S)
+        await publisher.publish(self.job, batch)
+
+    async def _await_lanes(self) -> None:
+        """Wait until every lane has passed the file's last chunk (or the run is stopped)."""
+        while not self.stop.is_set():
+            self._lanes_behind = await self._store.lanes_behind(self.job.id) or 0
+            if self._lanes_behind >= self.state.chunks:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), _LANE_POLL_S)
 
     async def _consume(self, partition: int) -> None:
         queue = self._queues[partition]

@@ -34,7 +34,7 @@ POLL_S = 1.0
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 15.0
 # How often unpublished messages of unknown topics are reported (an error each time).
-UNKNOWN_TOPICS_EVERY_S = 300.0
+UNKNOWN_TOPICS_EVERY_S = 60.0
 # Closing a publisher whose broker is gone must not hold the relay.
 CLOSE_TIMEOUT_S = 5.0
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 
 import asyncpg
 
-from importer.adapters.postgres import translated_errors
+from importer.adapters import postgres
+from importer.exceptions import TransientStoreError
 from importer.ports import OutboxMessage
 from importer.sql import queries
 
@@ -16,6 +17,17 @@ OUTBOX_CHANNEL = "importer_outbox"  # schema.sql's trigger notifies it after an 
 # A pool that cannot hand out a connection fails the relay's round (it backs off and retries).
 _ACQUIRE_TIMEOUT_S = 30.0
 _SESSION = {"application_name": "importer"}  # the operators' pg_terminate_backend finds it
+
+
+@contextlib.contextmanager
+def translated_errors() -> Iterator[None]:
+    """The store's translation, plus asyncpg's InternalClientError: an idle pool connection the
+    server terminated (``pg_terminate_backend``, a restart) can raise it on its next use."""
+    try:
+        with postgres.translated_errors():
+            yield
+    except asyncpg.exceptions.InternalClientError as exc:
+        raise TransientStoreError(f"{type(exc).__name__}: {exc}") from exc
 
 
 class PostgresOutbox:
