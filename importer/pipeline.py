@@ -65,7 +65,6 @@ from importer.validate import (
 log = structlog.get_logger("importer.pipeline")
 
 _SNIFF_BYTES = 64 * 1024
-_LANE_POLL_S = 0.05  # how often a coordinator looks at its lanes while it waits for them
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -79,6 +78,7 @@ class PipelineConfig:
     max_batch_attempts: int = 4
     # Multi-instance imports: chunks published ahead of the slowest lane (bounds the broker).
     publish_window: int = 8
+    lane_poll_s: float = 0.05  # how often the coordinator looks at its lanes while it waits
 
 
 class NoThrottle:
@@ -598,7 +598,7 @@ class ImportRun:
         while batch.chunk_no >= self._lanes_behind + window and not self.stop.is_set():
             self._lanes_behind = await self._store.lanes_behind(self.job.id) or 0
             if batch.chunk_no >= self._lanes_behind + window:
-                await asyncio.sleep(_LANE_POLL_S)
+                await asyncio.sleep(self._config.lane_poll_s)
         await publisher.publish(self.job, batch)
 
     async def _await_lanes(self) -> None:
@@ -608,7 +608,7 @@ class ImportRun:
             if self._lanes_behind >= self.state.chunks:
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), _LANE_POLL_S)
+                await asyncio.wait_for(self.stop.wait(), self._config.lane_poll_s)
 
     async def _consume(self, partition: int) -> None:
         queue = self._queues[partition]
