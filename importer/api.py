@@ -190,7 +190,8 @@ def pool_size(settings: Settings) -> int:
     """Each worker runs one import at a time: one connection per partition plus one; and one
     for the outbox relay when a broker is configured."""
     relay = 0 if settings.rabbitmq_url is None else 1
-    return settings.workers_per_process * (settings.concurrency + 1) + API_CONNECTIONS + relay
+    workers = settings.workers_per_process * (settings.concurrency + 1)
+    return workers + API_CONNECTIONS + relay + runtime.fanout_connections(settings)
 
 
 @contextlib.asynccontextmanager
@@ -206,35 +207,37 @@ async def open_resources(
     queue = PostgresStore(pool, dsn=settings.database_url)
     try:
         store = PostgresStore(pool)
-        catalog = CatalogStore(pool, store)
+        async with runtime.fanout_running(settings, store, metrics.pipeline, on_fatal) as fanout:
+            catalog = CatalogStore(pool, store)
 
-        def make_worker(owner: str, stop: asyncio.Event) -> Worker:
-            return Worker(
-                queue,
-                objects,
-                settings,
-                owner=owner,
-                stop=stop,
-                throttle=app.state.priority,
-                observer=metrics.pipeline,
+            def make_worker(owner: str, stop: asyncio.Event) -> Worker:
+                return Worker(
+                    queue,
+                    objects,
+                    settings,
+                    owner=owner,
+                    stop=stop,
+                    throttle=app.state.priority,
+                    observer=metrics.pipeline,
+                    publisher=fanout,
+                )
+
+            workers = WorkerGroup(make_worker, settings.workers_per_process, on_fatal, metrics)
+            service = ImportService(store, catalog, objects, settings)
+            relay = runtime.outbox_relay(settings, pool)
+            app.state.resources = Resources(
+                settings, service, verifier, catalog, objects, workers, metrics, relay
             )
-
-        workers = WorkerGroup(make_worker, settings.workers_per_process, on_fatal, metrics)
-        service = ImportService(store, catalog, objects, settings)
-        relay = runtime.outbox_relay(settings, pool)
-        app.state.resources = Resources(
-            settings, service, verifier, catalog, objects, workers, metrics, relay
-        )
-        workers.start()
-        relay_task = None if relay is None else start_relay(relay, on_fatal)
-        try:
-            yield
-        finally:
-            await workers.stop()
-            log.info("workers_drained")
-            if relay is not None and relay_task is not None:  # last: it publishes their outbox
-                relay.stop()
-                await asyncio.gather(relay_task, return_exceptions=True)
+            workers.start()
+            relay_task = None if relay is None else start_relay(relay, on_fatal)
+            try:
+                yield
+            finally:
+                await workers.stop()  # first: the chunk consumer (at the block's end) then
+                log.info("workers_drained")  # finishes its deliveries
+                if relay is not None and relay_task is not None:  # last: it publishes outbox
+                    relay.stop()
+                    await asyncio.gather(relay_task, return_exceptions=True)
     finally:
         await queue.close()
         await pool.close()

@@ -8,21 +8,31 @@ import os
 import signal
 import socket
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import asyncpg
+import structlog
 
 from importer.adapters.files import LocalFileSource
 from importer.adapters.localstore import LocalObjectStore
 from importer.adapters.outbox import PostgresOutbox
 from importer.adapters.postgres import PostgresStore, connect_pool, migrate
-from importer.ports import MessagePublisher, ObjectStore, Progress
+from importer.fanout import BatchPublisher, ChunkHandler, FanoutSettings
+from importer.ports import (
+    MessagePublisher,
+    ObjectStore,
+    PipelineObserver,
+    Progress,
+    Store,
+)
 from importer.relay import OutboxRelay
 from importer.report import write_csv_report
 from importer.service import ImportOutcome, ImportRequest, import_source
 from importer.settings import Settings
 from importer.worker import Worker
+
+log = structlog.get_logger("importer.runtime")
 
 
 @contextlib.asynccontextmanager
@@ -98,14 +108,26 @@ async def run_workers(settings: Settings, count: int) -> None:
     from importer.metrics import PipelineMetrics
 
     # One connection per partition of each worker's import, one for leases, one for the relay.
-    pool = await connect_pool(settings.database_url, count * (settings.concurrency + 1) + 2)
+    size = count * (settings.concurrency + 1) + 2 + fanout_connections(settings)
+    pool = await connect_pool(settings.database_url, size)
     store = PostgresStore(pool, dsn=settings.database_url)
     objects = object_store(settings)
     metrics = PipelineMetrics()
     try:
-        async with stop_on_signals() as stop:
+        async with (
+            stop_on_signals() as stop,
+            fanout_running(settings, PostgresStore(pool), metrics, stop.set) as publisher,
+        ):
             workers = [
-                Worker(store, objects, settings, owner=worker_owner(i), stop=stop, observer=metrics)
+                Worker(
+                    store,
+                    objects,
+                    settings,
+                    owner=worker_owner(i),
+                    stop=stop,
+                    observer=metrics,
+                    publisher=publisher,
+                )
                 for i in range(count)
             ]
             await supervise_workers(workers, stop, relay=outbox_relay(settings, pool))
@@ -135,6 +157,52 @@ async def supervise_workers(
         if relay is not None:
             relay.stop()
             await asyncio.gather(*side, return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def fanout_running(
+    settings: Settings,
+    store: Store,
+    observer: PipelineObserver | None = None,
+    on_fatal: Callable[[], None] | None = None,
+) -> AsyncIterator[BatchPublisher | None]:
+    """Multi-instance mode when a broker is configured: consume chunk messages (a named task)
+    and give the workers a batch publisher; without a broker, nothing (None). At exit the
+    consumer finishes the deliveries in hand; run it around the workers, which stop first."""
+    url = settings.rabbitmq_url
+    if url is None:
+        yield None
+        return
+    # Imported here: aio-pika is loaded only by processes that use a broker.
+    from importer.adapters import rabbit
+    from importer.adapters.chunks import Fanout
+
+    handler = ChunkHandler(store, FanoutSettings(max_retries=settings.max_retries), observer)
+    topology = rabbit.Topology.from_settings(settings)
+    fanout = Fanout(url, topology, handler, prefetch=settings.concurrency, name="importer-chunks")
+    await fanout.open()
+    stop = asyncio.Event()
+
+    def ended(task: asyncio.Task[None]) -> None:
+        if not stop.is_set():
+            error = None if task.cancelled() else task.exception()
+            log.error("chunk_consumer_died", error=repr(error or "returned without being stopped"))
+            if on_fatal is not None:
+                on_fatal()
+
+    task = asyncio.create_task(fanout.consume(stop), name="chunk-consumer")
+    task.add_done_callback(ended)
+    try:
+        yield fanout.batches
+    finally:
+        stop.set()
+        await asyncio.gather(task, return_exceptions=True)
+        await fanout.close()
+
+
+def fanout_connections(settings: Settings) -> int:
+    """Pool connections the chunk consumer's deliveries hold (one each, prefetch of them)."""
+    return 0 if settings.rabbitmq_url is None else settings.concurrency
 
 
 def outbox_relay(settings: Settings, pool: asyncpg.Pool) -> OutboxRelay | None:

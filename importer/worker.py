@@ -41,6 +41,7 @@ from importer.exceptions import (
     StorageError,
     TransientStoreError,
 )
+from importer.fanout import BatchPublisher
 from importer.lifecycle import RunEnding
 from importer.models import Counters, Job, JobStatus, Reason
 from importer.pipeline import ImportRun, PipelineConfig
@@ -88,8 +89,10 @@ class Worker:
         burst: bool = False,
         throttle: Throttle | None = None,
         observer: PipelineObserver | None = None,
+        publisher: BatchPublisher | None = None,
     ) -> None:
         self.owner = owner
+        self._publisher = publisher  # multi-instance mode: batches go to the broker
         self._observer: PipelineObserver = observer or NullObserver()
         self._throttle = throttle
         self._store = store
@@ -258,6 +261,7 @@ class Worker:
             stop=job_run.stop,
             throttle=self._throttle,
             observer=self._observer,
+            publisher=self._publisher,
         )
         job_run.counters = run.state.counters
         return await run.run()

@@ -1,0 +1,191 @@
+"""Chunk messages over RabbitMQ (aio-pika): the batch publisher of a coordinator and the chunk
+consumer every instance runs, both on one robust connection (:class:`Fanout`).
+
+The consumer reads the main queue with a prefetch of ``concurrency`` and handles each delivery
+in its own named task (:class:`importer.fanout.ChunkHandler` decides); a delivery redelivered
+too often unacked (a crash loop) is rejected into the retry chain unworked, where it is counted,
+before the quorum queue's delivery limit would drop it (see ``rabbit``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from dataclasses import dataclass
+
+import structlog
+from aio_pika.abc import (
+    AbstractIncomingMessage,
+    AbstractQueue,
+    AbstractRobustConnection,
+)
+
+from importer import codec
+from importer.adapters import rabbit
+from importer.exceptions import BrokerError
+from importer.fanout import ChunkHandler
+from importer.models import Batch, Job
+
+log = structlog.get_logger("importer.fanout")
+
+# How long a stopping consumer waits for the deliveries it is working on.
+DRAIN_TIMEOUT_S = 30.0
+
+
+@dataclass(slots=True)
+class AmqpDelivery:
+    """A delivery of the main queue, ended exactly once (fanout.Delivery)."""
+
+    message: AbstractIncomingMessage
+    publisher: rabbit.Publisher
+    topology: rabbit.Topology
+
+    @property
+    def body(self) -> bytes:
+        return self.message.body
+
+    @property
+    def attempts(self) -> int:
+        return rabbit.attempts_of(self.message, queue=self.topology.main)
+
+    async def ack(self) -> None:
+        with rabbit.translated_errors("ack"):
+            await self.message.ack()
+
+    async def retry(self) -> None:
+        with rabbit.translated_errors("reject"):
+            await self.message.reject(requeue=False)  # → retry queue (TTL) → main
+
+    async def requeue(self) -> None:
+        headers = rabbit.republish_headers(self.message, queue=self.topology.main)
+        message_id = self.message.message_id or f"unidentified:{uuid.uuid4()}"
+        await self.publisher.publish(
+            self.topology.main, self.message.body, message_id=message_id, headers=headers
+        )
+        await self.ack()
+
+    async def dead_letter(self, error: str) -> None:
+        await rabbit.dead_letter(self.publisher, self.topology, self.message, error)
+        await self.ack()
+
+
+class AmqpBatchPublisher:
+    """A coordinator's batches to the main queue, each confirmed (fanout.BatchPublisher)."""
+
+    def __init__(self, publisher: rabbit.Publisher, topology: rabbit.Topology) -> None:
+        self._publisher = publisher
+        self._topology = topology
+
+    async def publish(self, job: Job, batch: Batch) -> None:
+        owner = job.lease_owner
+        if owner is None:
+            raise ValueError("only a leased job's batches are published")
+        body = codec.encode(job.id, owner, batch)
+        await self._publisher.publish(
+            self._topology.main, body, message_id=codec.message_id(job.id, batch)
+        )
+
+
+class Fanout:
+    """The broker side of a multi-instance process: one connection, a confirmed publisher
+    (batches, re-publishes, dead letters) and the chunk consumer."""
+
+    def __init__(
+        self,
+        url: str,
+        topology: rabbit.Topology,
+        handler: ChunkHandler,
+        *,
+        prefetch: int,
+        name: str = "importer",
+    ) -> None:
+        self._url = url
+        self.topology = topology
+        self._handler = handler
+        self._prefetch = prefetch
+        self._name = name
+        self._connection: AbstractRobustConnection | None = None
+        self._publisher: rabbit.Publisher | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def batches(self) -> AmqpBatchPublisher:
+        if self._publisher is None:
+            raise RuntimeError("the fanout is not open")
+        return AmqpBatchPublisher(self._publisher, self.topology)
+
+    async def open(self) -> None:
+        """Connect, declare the queues and open the publisher (before any worker runs)."""
+        self._connection = await rabbit.connect(self._url, name=self._name)
+        try:
+            with rabbit.translated_errors("open a channel"):
+                channel = await self._connection.channel()
+            try:
+                await rabbit.declare(channel, self.topology)
+            finally:
+                with rabbit.translated_errors("close"):
+                    await channel.close()
+            self._publisher = await rabbit.Publisher.open(self._connection)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def consume(self, stop: asyncio.Event) -> None:
+        """Consume chunk messages until ``stop``; then finish the deliveries in hand."""
+        if self._connection is None:
+            raise RuntimeError("the fanout is not open")
+        with rabbit.translated_errors("open the consumer channel"):
+            channel = await self._connection.channel()
+            await channel.set_qos(prefetch_count=self._prefetch)
+            queue = await channel.get_queue(self.topology.main, ensure=False)
+        try:
+            await self._consume_until(queue, stop)
+        finally:
+            with contextlib.suppress(BrokerError), rabbit.translated_errors("close"):
+                await channel.close()
+
+    async def _consume_until(self, queue: AbstractQueue, stop: asyncio.Event) -> None:
+        with rabbit.translated_errors("consume"):
+            tag = await queue.consume(self._on_message)
+        log.info("chunk_consumer_started", queue=queue.name, prefetch=self._prefetch)
+        await stop.wait()
+        with contextlib.suppress(BrokerError), rabbit.translated_errors("cancel"):
+            await queue.cancel(tag)
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=DRAIN_TIMEOUT_S)
+        log.info("chunk_consumer_stopped", in_flight=sum(not t.done() for t in self._tasks))
+
+    async def _on_message(self, message: AbstractIncomingMessage) -> None:
+        task = asyncio.create_task(self._handle(message), name=f"chunk:{message.message_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, message: AbstractIncomingMessage) -> None:
+        """One delivery; a broker failure leaves it unacked (redelivered later, a no-op if done)."""
+        publisher = self._publisher
+        assert publisher is not None
+        try:
+            if rabbit.over_redelivered(message, self.topology):
+                log.warning("chunk_redelivered_too_often", message_id=message.message_id)
+                with rabbit.translated_errors("reject"):
+                    await message.reject(requeue=False)
+                return
+            await self._handler.handle(AmqpDelivery(message, publisher, self.topology))
+        except BrokerError as exc:
+            log.warning("chunk_delivery_unfinished", message_id=message.message_id, error=str(exc))
+        except Exception:  # a bug, not the content (the handler routes every content problem)
+            # Into the retry chain, counted, instead of a crash loop of this process.
+            log.exception("chunk_handler_failed", message_id=message.message_id)
+            with contextlib.suppress(BrokerError), rabbit.translated_errors("reject"):
+                await message.reject(requeue=False)
+
+    async def close(self) -> None:
+        publisher, self._publisher = self._publisher, None
+        connection, self._connection = self._connection, None
+        with contextlib.suppress(BrokerError):
+            if publisher is not None:
+                await publisher.close()
+            if connection is not None:
+                with rabbit.translated_errors("close"):
+                    await connection.close()
