@@ -2,7 +2,7 @@
 
 Configured once at start-up by the edge from ``Settings.failpoints`` (``IMPORTER_FAILPOINTS``)::
 
-    IMPORTER_FAILPOINTS="after_commit=crash@3,before_finalize=sleep:500"
+    IMPORTER_FAILPOINTS="after_commit=crash@3,before_finalize=sleep:500,chunk:7=error"
 
 Each entry is ``name=action[@n]``:
 
@@ -40,6 +40,9 @@ AFTER_COPY_BEFORE_COMMIT = "after_copy_before_commit"  # a batch's rows written,
 AFTER_COMMIT = "after_commit"  # a batch committed, its counters not yet added in memory
 BEFORE_FINALIZE = "before_finalize"  # before the finalization's transaction
 AFTER_FINALIZE_BEFORE_RETURN = "after_finalize_before_return"  # finalization committed
+# One batch's chunk: ``chunk:<n>`` is reached as chunk n's batch (each of its partitions, each
+# piece) begins its transaction — a poison chunk (``chunk:7=error``) or a slow one.
+CHUNK_PREFIX = "chunk:"
 POINTS = frozenset(
     {
         AFTER_CLAIM,
@@ -122,8 +125,9 @@ def _parse_entry(entry: str) -> Failpoint:
     name, sep, action_spec = (part.strip() for part in entry.partition("="))
     if not sep or not action_spec:
         raise _bad(entry, "expected name=action")
-    if name not in POINTS:
-        raise _bad(entry, f"unknown point {name!r} (known: {', '.join(sorted(POINTS))})")
+    if name not in POINTS and not _is_chunk_point(name):
+        known = ", ".join([*sorted(POINTS), f"{CHUNK_PREFIX}<n>"])
+        raise _bad(entry, f"unknown point {name!r} (known: {known})")
     action_spec, at, count = action_spec.partition("@")
     fire_on = _positive(entry, count, "the count after @") if at else None
     kind, colon, arg = action_spec.partition(":")
@@ -133,6 +137,15 @@ def _parse_entry(entry: str) -> Failpoint:
     if kind in (Action.CRASH.value, Action.ERROR.value) and not colon:
         return Failpoint(name, Action(kind), fire_on=fire_on)
     raise _bad(entry, "the action must be crash, error or sleep:<ms>")
+
+
+def chunk_point(chunk_no: int) -> str:
+    return f"{CHUNK_PREFIX}{chunk_no}"
+
+
+def _is_chunk_point(name: str) -> bool:
+    number = name.removeprefix(CHUNK_PREFIX)
+    return name.startswith(CHUNK_PREFIX) and number.isascii() and number.isdigit()
 
 
 def _positive(entry: str, raw: str, what: str) -> int:

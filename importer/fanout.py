@@ -8,9 +8,11 @@ order wherever they land — a lane per partition in PostgreSQL (``Store.apply_b
 A delivery ends in exactly one of these, decided by :meth:`ChunkHandler.handle`:
 
 * applied (or already applied: a duplicate) → ack;
-* not its turn yet (an earlier chunk of its lane is missing) → waits a moment, then goes back to
-  the end of the queue (re-published with its attempt count, then acked) — never holding a
-  consumer slot for long, so the missing chunk always finds a consumer;
+* not its turn yet (an earlier chunk of its lane is missing) → waits a moment in its slot (the
+  first time only: usually the missing chunk is being applied right then), then is deferred —
+  re-published to the wait queue with its attempt count, acked, and back in the main queue
+  after the wait — so no consumer slot is held for long and the missing chunk, even one coming
+  back from the retry chain, finds a consumer at once;
 * a transient failure (connection, lock, statement time-out) → rejected into the retry queue
   (TTL) and back, counted from ``x-death``; on the last allowed delivery the batch is recorded
   as discarded (its rows count as ``error``), the message goes to the dead-letter queue, acked;
@@ -49,8 +51,8 @@ log = structlog.get_logger("importer.fanout")
 
 # Deliveries of a batch before it is given up: the first and three retries (SPEC).
 DEFAULT_MAX_RETRIES = 3
-# How long a delivery waits for its lane before going back to the queue.
-DEFAULT_LANE_WAIT_S = 2.0
+# How long a first delivery waits in its slot for its lane before it is deferred.
+DEFAULT_LANE_WAIT_S = 0.5
 _LANE_POLL_S = (0.005, 0.01, 0.02, 0.05, 0.1)
 _JOB_CACHE = 256
 
@@ -72,8 +74,13 @@ class Delivery(Protocol):
         """Reject into the retry queue: back after its TTL, one more attempt counted."""
         ...
 
-    async def requeue(self) -> None:
-        """Back to the end of the queue, attempts unchanged (re-published, then acked)."""
+    @property
+    def deferrals(self) -> int:
+        """Times this message was deferred for its lane before."""
+        ...
+
+    async def defer(self) -> None:
+        """Out of the way for the lane wait, attempts unchanged (re-published, then acked)."""
         ...
 
     async def dead_letter(self, error: str) -> None:
@@ -142,7 +149,8 @@ class ChunkHandler:
         )
         try:
             await self._ensure_fields(job, message.batch)
-            applied = await self._apply_in_turn(applier, message.batch)
+            wait_s = self._settings.lane_wait_s if delivery.deferrals == 0 else 0.0
+            applied = await self._apply_in_turn(applier, message.batch, wait_s)
         except LeaseLostError as exc:
             log.info("chunk_message_stale", error=str(exc))
             await delivery.ack()
@@ -156,16 +164,16 @@ class ChunkHandler:
             await delivery.retry()
             return
         if not applied:
-            log.info("chunk_requeued", lane_wait_s=self._settings.lane_wait_s)
-            await delivery.requeue()
+            log.info("chunk_deferred", deferrals=delivery.deferrals + 1)
+            await delivery.defer()
         elif applier.discarded_error is not None:
             await _dead_letter(delivery, "chunk_dead_lettered", applier.discarded_error)
         else:
             await delivery.ack()
 
-    async def _apply_in_turn(self, applier: BatchApplier, batch: Batch) -> bool:
+    async def _apply_in_turn(self, applier: BatchApplier, batch: Batch, wait_s: float) -> bool:
         """Apply once the batch's lane reaches it; False if it did not within the wait."""
-        deadline = time.monotonic() + self._settings.lane_wait_s
+        deadline = time.monotonic() + wait_s
         pauses = iter(_LANE_POLL_S)
         while True:
             try:

@@ -83,6 +83,7 @@ class Settings:
     retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS
     # Put before every queue name: instances (or tests) with different prefixes share nothing.
     queue_prefix: str = ""
+    lane_wait_ms: int = 1_000  # a deferred chunk's wait for its lane (multi-instance mode)
     max_retries: int = DEFAULT_MAX_RETRIES
     # Tests only: `name=action[@n],…` (importer.failpoints); empty arms none.
     failpoints: str = ""
@@ -127,6 +128,7 @@ class Settings:
             rabbitmq_url=environ.get("RABBITMQ_URL") or None,
             retry_delay_ms=_int(environ, "IMPORTER_RETRY_DELAY_MS", DEFAULT_RETRY_DELAY_MS),
             queue_prefix=environ.get("IMPORTER_QUEUE_PREFIX", ""),
+            lane_wait_ms=_int(environ, "IMPORTER_LANE_WAIT_MS", 1_000),
             max_retries=_int(environ, "IMPORTER_MAX_RETRIES", DEFAULT_MAX_RETRIES),
             failpoints=_failpoints(environ),
         )

@@ -49,6 +49,11 @@ class AmqpDelivery:
     def attempts(self) -> int:
         return rabbit.attempts_of(self.message, queue=self.topology.main)
 
+    @property
+    def deferrals(self) -> int:
+        value = (self.message.headers or {}).get(rabbit.DEFERRALS_HEADER)
+        return value if isinstance(value, int) and value > 0 else 0
+
     async def ack(self) -> None:
         with rabbit.translated_errors("ack"):
             await self.message.ack()
@@ -57,11 +62,12 @@ class AmqpDelivery:
         with rabbit.translated_errors("reject"):
             await self.message.reject(requeue=False)  # → retry queue (TTL) → main
 
-    async def requeue(self) -> None:
+    async def defer(self) -> None:
         headers = rabbit.republish_headers(self.message, queue=self.topology.main)
+        headers[rabbit.DEFERRALS_HEADER] = self.deferrals + 1
         message_id = self.message.message_id or f"unidentified:{uuid.uuid4()}"
         await self.publisher.publish(
-            self.topology.main, self.message.body, message_id=message_id, headers=headers
+            self.topology.wait, self.message.body, message_id=message_id, headers=headers
         )
         await self.ack()
 

@@ -305,6 +305,8 @@ class PostgresStore:
                 ):
                     if lane and not await self._in_lane(conn, job, batch):
                         return None
+                    if failpoints.armed is not None:
+                        await failpoints.armed.reach(failpoints.chunk_point(batch.chunk_no))
                     new_keys = await self._write_rows(conn, job, batch.rows) if batch.rows else 0
                     await self._write_issues(conn, job.id, batch.issues)
                     if failpoints.armed is not None:

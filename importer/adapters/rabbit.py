@@ -80,6 +80,9 @@ PUBLISH_TIMEOUT_S = 30.0
 # How soon a robust connection tries again after losing the broker.
 RECONNECT_INTERVAL_S = 1.0
 DEFAULT_RETRY_DELAY_MS = 30_000
+# How long a chunk waits out of the main queue while an earlier chunk of its lane is missing.
+DEFAULT_LANE_WAIT_MS = 1_000
+DEFERRALS_HEADER = "x-importer-deferrals"  # times a chunk was deferred for its lane
 
 # Outbox topics (finalize_job writes them) — the queue of each is the topic's default name.
 NOTIFICATION_TOPIC = "notification"
@@ -95,12 +98,15 @@ class Topology:
     main: str = "contact-import/insert"
     retry: str = "contact-import/insert-retry"
     dead: str = "contact-import/insert-dead-letter"
+    # Chunks whose lane is not at them yet wait here a moment, out of the main queue's way.
+    wait: str = "contact-import/insert-wait"
     notification: str = "contact-import/notification"
     hsm_intent: str = HSM_INTENT_TOPIC
     sms_intent: str = SMS_INTENT_TOPIC
     stats_refresh: str = STATS_REFRESH_TOPIC
     retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS
     delivery_limit: int = DEFAULT_DELIVERY_LIMIT
+    lane_wait_ms: int = DEFAULT_LANE_WAIT_MS
 
     @classmethod
     def named(
@@ -109,6 +115,7 @@ class Topology:
         *,
         retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
         delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
+        lane_wait_ms: int = DEFAULT_LANE_WAIT_MS,
     ) -> Topology:
         """The default names, each behind ``prefix`` (tests give each run its own)."""
         d = cls()
@@ -116,17 +123,23 @@ class Topology:
             main=prefix + d.main,
             retry=prefix + d.retry,
             dead=prefix + d.dead,
+            wait=prefix + d.wait,
             notification=prefix + d.notification,
             hsm_intent=prefix + d.hsm_intent,
             sms_intent=prefix + d.sms_intent,
             stats_refresh=prefix + d.stats_refresh,
             retry_delay_ms=retry_delay_ms,
             delivery_limit=delivery_limit,
+            lane_wait_ms=lane_wait_ms,
         )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Topology:
-        return cls.named(settings.queue_prefix, retry_delay_ms=settings.retry_delay_ms)
+        return cls.named(
+            settings.queue_prefix,
+            retry_delay_ms=settings.retry_delay_ms,
+            lane_wait_ms=settings.lane_wait_ms,
+        )
 
     @property
     def topics(self) -> dict[str, str]:
@@ -178,6 +191,15 @@ class Topology:
                 "x-dead-letter-routing-key": self.main,
             },
             self.dead: dict(quorum),
+            # A chunk deferred by its consumer (published here, then acked: not a failure)
+            # comes back to main after the wait; one expiry, no cycle.
+            self.wait: {
+                **quorum,
+                **at_least_once,
+                "x-message-ttl": self.lane_wait_ms,
+                "x-dead-letter-exchange": "",
+                "x-dead-letter-routing-key": self.main,
+            },
         }
         arguments.update({queue: dict(quorum) for queue in self.topics.values()})
         return arguments

@@ -22,9 +22,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from benchmarks.generate import generate
 from importer.failpoints import CRASH_EXIT_CODE
 from importer.models import TERMINAL_STATUSES, Counters, JobStatus
+from tests.acceptance.conftest import ROWS, SEED, Contacts
 from tests.jobs_support import (
     WAIT_S,
     Env,
@@ -39,26 +39,12 @@ from tests.support import db_state, fetch, finalization_counts, import_file
 
 pytestmark = pytest.mark.acceptance
 
-ROWS = 5000
+
 CHUNK_SIZE = 250
 PARTITIONS = 2
 BATCHES = math.ceil(ROWS / CHUNK_SIZE) * PARTITIONS
 CLIENT = 31
 REFERENCE_CLIENT = 32
-SEED = 20_261_129
-
-
-@dataclass(frozen=True)
-class Contacts:
-    path: Path
-    rows: int
-
-
-@pytest.fixture(scope="module")
-def contacts(tmp_path_factory: pytest.TempPathFactory) -> Contacts:
-    path = tmp_path_factory.mktemp("crash") / "contacts.csv"
-    stats = generate(ROWS, SEED, path, write_meta=False)
-    return Contacts(path, stats.rows)
 
 
 @dataclass(frozen=True)

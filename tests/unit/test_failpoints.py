@@ -127,3 +127,12 @@ def test_crash_exits_at_once_with_137_skipping_finally() -> None:
     assert done.returncode == failpoints.CRASH_EXIT_CODE == 137
     assert done.stdout == b"passed\n"
     assert b"failpoint after_commit: crash" in done.stderr
+
+
+def test_a_chunk_point_names_one_chunk() -> None:
+    points = failpoints.parse("chunk:7=error,chunk:12=sleep:5@2")
+    assert set(points) == {"chunk:7", "chunk:12"}
+    assert failpoints.chunk_point(7) == "chunk:7"
+    for bad in ("chunk:=error", "chunk:x=error", "chunk:-1=error", "chunks:1=error"):
+        with pytest.raises(ConfigurationError):
+            failpoints.parse(bad)

@@ -30,6 +30,7 @@ from tests.unit.test_pipeline_stop import BytesSource
 class Message:
     body: bytes
     attempts: int = 0
+    deferrals: int = 0
 
 
 @dataclass
@@ -75,6 +76,10 @@ class FakeDelivery:
     def attempts(self) -> int:
         return self.message.attempts
 
+    @property
+    def deferrals(self) -> int:
+        return self.message.deferrals
+
     def _end(self, ending: str) -> None:
         assert not self.ending, "a delivery ends once"
         self.ending = ending
@@ -86,9 +91,10 @@ class FakeDelivery:
         self._end("retry")
         self.broker.main.append(Message(self.message.body, self.message.attempts + 1))
 
-    async def requeue(self) -> None:
-        self._end("requeue")
-        self.broker.main.append(Message(self.message.body, self.message.attempts))
+    async def defer(self) -> None:
+        self._end("defer")
+        m = self.message
+        self.broker.main.append(Message(m.body, m.attempts, m.deferrals + 1))
 
     async def dead_letter(self, error: str) -> None:
         self._end("dead_letter")

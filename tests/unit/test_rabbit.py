@@ -68,7 +68,13 @@ def test_prefix_applies_to_every_queue_and_settings_reach_the_topology() -> None
         {"IMPORTER_QUEUE_PREFIX": "t-1/", "IMPORTER_RETRY_DELAY_MS": "500"}
     )
     topology = Topology.from_settings(settings)
-    names = [topology.main, topology.retry, topology.dead, *topology.topics.values()]
+    names = [
+        topology.main,
+        topology.retry,
+        topology.dead,
+        topology.wait,
+        *topology.topics.values(),
+    ]
     assert all(name.startswith("t-1/") for name in names)
     assert set(topology.queue_arguments()) == set(names)
     assert topology.queue_for("notification") == "t-1/contact-import/notification"

@@ -1,0 +1,182 @@
+"""Several `importer worker` processes on one import over RabbitMQ (multi-instance mode): the
+lease holder reads and publishes the chunks, every process applies them; the result is the
+one-instance result (I1-I4, I6), and the work really is shared."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import itertools
+import os
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aio_pika
+import pytest
+
+from importer.adapters.rabbit import Topology
+from importer.models import JobStatus
+from tests.acceptance.conftest import Contacts
+from tests.acceptance.test_crash_resume import (
+    CHUNK_SIZE,
+    CLIENT,
+    PARTITIONS,
+    _assert_invariants,
+    _events,
+    _is_terminal,
+    _log_tail,
+    _logged,
+    _queued_job,
+)
+from tests.jobs_support import WAIT_S, Env, eventually, job_env
+from tests.support import fetch
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.rabbitmq]
+
+RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
+
+
+@pytest.fixture
+async def prefix() -> AsyncIterator[str]:
+    """Queues of this test only, deleted at the end."""
+    name = f"test-{uuid.uuid4().hex[:12]}/"
+    yield name
+    connection = await aio_pika.connect(RABBITMQ_URL)
+    async with connection:
+        channel = await connection.channel()
+        for queue in Topology.named(name).queue_arguments():
+            await channel.queue_delete(queue)
+
+
+async def _worker(
+    env: Env, log_path: Path, prefix: str, *, failpoints: str = ""
+) -> asyncio.subprocess.Process:
+    environ = {
+        **os.environ,
+        "DATABASE_URL": env.dsn,
+        "IMPORTER_STORAGE_DIR": str(log_path.parent / "objects"),  # job_env's store
+        "IMPORTER_LEASE_SECONDS": "2",
+        "IMPORTER_CONCURRENCY": str(PARTITIONS),
+        "IMPORTER_LOG_FORMAT": "json",
+        "IMPORTER_LOG_LEVEL": "info",
+        "IMPORTER_FAILPOINTS": failpoints,
+        "RABBITMQ_URL": RABBITMQ_URL,
+        "IMPORTER_QUEUE_PREFIX": prefix,
+        "IMPORTER_RETRY_DELAY_MS": "1000",
+    }
+    environ.pop("S3_ENDPOINT_URL", None)
+    with log_path.open("wb") as log:  # the child keeps its own descriptor
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "importer", "worker", env=environ, stderr=log
+        )
+
+
+@pytest.mark.parametrize("instances", [2, 3])
+async def test_worker_processes_share_one_import_and_give_the_one_instance_result(
+    db_dsn: str,
+    tmp_path: Path,
+    contacts: Contacts,
+    prefix: str,
+    instances: int,
+) -> None:
+    logs = [tmp_path / f"worker{i}.log" for i in range(instances)]
+    async with job_env(db_dsn, tmp_path) as env:
+        workers = [await _worker(env, log, prefix) for log in logs]
+        try:
+            for log in logs:  # every consumer is up before the job is queued
+                await eventually(lambda log=log: _logged(log, "chunk_consumer_started"))
+            job_id = await _queued_job(env, contacts)
+
+            async def finished() -> bool | None:
+                return True if await _is_terminal(env, job_id) else None
+
+            await eventually(finished, timeout_s=120)
+        finally:
+            for worker in workers:
+                worker.send_signal(signal.SIGTERM)
+            codes = [await asyncio.wait_for(w.wait(), WAIT_S) for w in workers]
+    assert codes == [0] * instances, [_log_tail(log) for log in logs]
+    await _assert_invariants(db_dsn, job_id, contacts)
+    applied = [sum(e["event"] == "chunk_applied" for e in _events(log)) for log in logs]
+    claims = [sum(e["event"] == "job_claimed" for e in _events(log)) for log in logs]
+    assert sum(claims) == 1  # one coordinator
+    assert sum(applied) >= 2 * len(range(0, contacts.rows, CHUNK_SIZE))  # every batch, once+
+    assert sum(n > 0 for n in applied) >= 2, applied  # the work was shared
+    assert CLIENT  # the job belongs to the crash tests' client, in this test's own database
+
+
+POISON_CHUNK = 3
+RETRY_DELAY_S = 1.0
+
+
+async def test_a_poison_chunk_gets_three_retries_a_ttl_apart_then_the_dead_letter_queue(
+    db_dsn: str,
+    tmp_path: Path,
+    contacts: Contacts,
+    prefix: str,
+) -> None:
+    """Catalog T10: chunk 3 fails on every delivery (a failpoint): each of its batches is
+    delivered 4 times about one retry TTL apart, then recorded discarded (its valid rows count as
+    `error`), and its message waits in the dead-letter queue; the job completes."""
+    logs = [tmp_path / f"worker{i}.log" for i in range(2)]
+    async with job_env(db_dsn, tmp_path) as env:
+        workers = [
+            await _worker(env, log, prefix, failpoints=f"chunk:{POISON_CHUNK}=error")
+            for log in logs
+        ]
+        try:
+            for log in logs:
+                await eventually(lambda log=log: _logged(log, "chunk_consumer_started"))
+            job_id = await _queued_job(env, contacts)
+
+            async def finished() -> bool | None:
+                return True if await _is_terminal(env, job_id) else None
+
+            await eventually(finished, timeout_s=120)
+        finally:
+            for worker in workers:
+                worker.send_signal(signal.SIGTERM)
+            codes = [await asyncio.wait_for(w.wait(), WAIT_S) for w in workers]
+        assert codes == [0, 0], [_log_tail(log) for log in logs]
+        job = await env.store.view_job(CLIENT, job_id)
+        discarded = await fetch(
+            db_dsn,
+            "SELECT chunk_no, partition, rows_read, invalid, error, attempts FROM import_chunk"
+            " WHERE job_id = $1 AND status = 'discarded' ORDER BY partition",
+            job_id,
+        )
+    assert job.status is JobStatus.COMPLETED_WITH_PLACEHOLDERS
+    assert job.counters.balanced
+    assert job.counters.rows_read == contacts.rows
+    assert [(r["chunk_no"], r["partition"]) for r in discarded] == [
+        (POISON_CHUNK, p) for p in range(PARTITIONS)
+    ]
+    assert job.counters.error == sum(r["error"] for r in discarded) > 0
+    assert all(r["error"] == r["rows_read"] - r["invalid"] for r in discarded)
+    # Deliveries of each poison batch: the first and three retries, one TTL apart.
+    events = sorted(
+        (e for log in logs for e in _events(log) if e.get("chunk") == POISON_CHUNK),
+        key=lambda e: str(e["timestamp"]),
+    )
+    for partition in range(PARTITIONS):
+        tries = [
+            dt.datetime.fromisoformat(str(e["timestamp"]))
+            for e in events
+            if e["partition"] == partition and e["event"] in ("chunk_retry", "chunk_dead_lettered")
+        ]
+        assert len(tries) == 4, events
+        gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(tries)]
+        assert all(RETRY_DELAY_S * 0.9 <= gap <= RETRY_DELAY_S + 1.5 for gap in gaps), gaps
+    assert await _dead_letters(prefix) == PARTITIONS
+
+
+async def _dead_letters(prefix: str) -> int:
+    connection = await aio_pika.connect(RABBITMQ_URL)
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(Topology.named(prefix).dead, passive=True)
+        count = queue.declaration_result.message_count
+        return int(count or 0)
