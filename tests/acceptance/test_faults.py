@@ -1,0 +1,181 @@
+"""Faults during a 200k-row import (catalog T02, T07): `importer serve` killed with SIGKILL at
+five random moments and restarted each time; every importer backend terminated three times.
+Each import still ends exactly as an undisturbed one (I1-I6)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from benchmarks.generate import generate
+from tests.acceptance.invariants import Imported, assert_invariants, other_clients_digest
+from tests.conftest import _free_loopback_port
+from tests.jobs_support import Env, eventually, job_env, ledger_chunks, upload_job
+from tests.support import fetch, import_file
+
+pytestmark = pytest.mark.acceptance
+
+ROWS = 200_000
+SEED = 4_242
+CHUNK_SIZE = 2_000
+PARTITIONS = 2
+BATCHES = (ROWS // CHUNK_SIZE + 1) * PARTITIONS  # an upper bound: the last chunk may be short
+CLIENT, REFERENCE_CLIENT, BYSTANDER = 41, 42, 43
+DEADLINE_S = ROWS / 1000 + 60  # the catalog's bound for chaos tests
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> Imported:
+    path = tmp_path_factory.mktemp("faults") / "contacts.csv"
+    return Imported(path, generate(ROWS, SEED, path, write_meta=False))
+
+
+@pytest.fixture
+async def env(db_dsn: str, tmp_path: Path, imported: Imported) -> AsyncIterator[Env]:
+    """A database with a bystander client's contacts already in (I5)."""
+    small = tmp_path / "bystander.csv"
+    generate(2_000, SEED + 1, small, write_meta=False)
+    await import_file(db_dsn, small, BYSTANDER)
+    async with job_env(db_dsn, tmp_path) as opened:
+        yield opened
+
+
+async def _queued_job(env: Env, imported: Imported) -> uuid.UUID:
+    job_id = await upload_job(
+        env, CLIENT, imported.path, chunk_size=CHUNK_SIZE, partitions=PARTITIONS
+    )
+    await env.store.start_job(CLIENT, job_id, "op-1")
+    return job_id
+
+
+async def _serve(env: Env, log_path: Path) -> asyncio.subprocess.Process:
+    environ = {
+        **os.environ,
+        "DATABASE_URL": env.dsn,
+        "JWT_SECRET": "not-used-by-these-tests-" + "x" * 16,
+        "IMPORTER_STORAGE_DIR": str(log_path.parent / "objects"),  # job_env's store
+        "IMPORTER_LEASE_SECONDS": "2",
+        "IMPORTER_CONCURRENCY": str(PARTITIONS),
+        "IMPORTER_LOG_FORMAT": "json",
+        "IMPORTER_LOG_LEVEL": "info",
+    }
+    environ.pop("S3_ENDPOINT_URL", None)
+    port = str(_free_loopback_port())
+    with log_path.open("ab") as log:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "importer", "serve", "--host", "127.0.0.1", "--port", port,
+            env=environ, stderr=log, stdout=log,
+        )  # fmt: skip
+
+
+async def _terminal(env: Env, job_id: uuid.UUID) -> bool | None:
+    rows = await fetch(env.dsn, "SELECT status FROM import_job WHERE id = $1", job_id)
+    done = rows[0]["status"] in ("completed", "completed_with_placeholders", "failed")
+    return True if done else None
+
+
+async def _lease_expired(env: Env, job_id: uuid.UUID) -> bool | None:
+    rows = await fetch(
+        env.dsn,
+        "SELECT coalesce(lease_expires_at <= now(), true) AS expired FROM import_job WHERE id = $1",
+        job_id,
+    )
+    return True if rows[0]["expired"] else None
+
+
+async def test_serve_killed_at_five_random_moments_ends_as_an_undisturbed_import(
+    env: Env, imported: Imported, tmp_path: Path
+) -> None:
+    """T02: SIGKILL mid-import five times (at seeded random points of progress), restart."""
+    rng = random.Random(SEED)
+    points = sorted(rng.sample(range(2, BATCHES * 3 // 4), 5))
+    print(f"seed {SEED}: kill -9 once the ledger holds {points} batches")  # to replay
+    others = await other_clients_digest(env.dsn, CLIENT)
+    job_id = await _queued_job(env, imported)
+    log_path = tmp_path / "serve.log"
+    kills = 0
+    for point in points:
+        server = await _serve(env, log_path)
+        try:
+
+            async def reached(point: int = point) -> bool | None:
+                if await _terminal(env, job_id):
+                    return True
+                return True if await ledger_chunks(env.dsn, job_id) >= point else None
+
+            await eventually(reached, timeout_s=DEADLINE_S)
+        finally:
+            server.send_signal(signal.SIGKILL)
+            await asyncio.wait_for(server.wait(), 30)
+        if await _terminal(env, job_id):
+            break
+        kills += 1
+        await eventually(lambda: _lease_expired(env, job_id))
+    assert kills >= 4, "the import ended before most kills: make it longer"
+    server = await _serve(env, log_path)
+    try:
+        await eventually(lambda: _terminal(env, job_id), timeout_s=DEADLINE_S)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(server.wait(), 30) == 0
+    await assert_invariants(
+        env.dsn,
+        job_id,
+        imported,
+        client=CLIENT,
+        reference_client=REFERENCE_CLIENT,
+        chunk_size=CHUNK_SIZE,
+        partitions=PARTITIONS,
+        others_before=others,
+    )
+
+
+async def test_importer_backends_terminated_three_times_the_import_still_ends_exactly(
+    env: Env, imported: Imported, tmp_path: Path
+) -> None:
+    """T07: pg_terminate_backend on every importer connection, three times during the import:
+    transactions roll back, batches are retried, the pool reconnects."""
+    others = await other_clients_digest(env.dsn, CLIENT)
+    job_id = await _queued_job(env, imported)
+    server = await _serve(env, tmp_path / "serve.log")
+    terminated = []
+    try:
+        for point in (BATCHES // 8, BATCHES // 4, BATCHES // 2):
+
+            async def reached(point: int = point) -> bool | None:
+                if await _terminal(env, job_id):
+                    return True
+                return True if await ledger_chunks(env.dsn, job_id) >= point else None
+
+            await eventually(reached, timeout_s=DEADLINE_S)
+            rows = await fetch(
+                env.dsn,
+                "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity"
+                " WHERE application_name LIKE 'importer%' AND datname = current_database()"
+                " AND pid <> pg_backend_pid()",
+            )
+            terminated.append(rows[0]["n"])
+        await eventually(lambda: _terminal(env, job_id), timeout_s=DEADLINE_S)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(server.wait(), 30)
+    assert code == 0, (tmp_path / "serve.log").read_text()[-3000:]
+    assert all(n > 0 for n in terminated), terminated
+    await assert_invariants(
+        env.dsn,
+        job_id,
+        imported,
+        client=CLIENT,
+        reference_client=REFERENCE_CLIENT,
+        chunk_size=CHUNK_SIZE,
+        partitions=PARTITIONS,
+        others_before=others,
+    )
