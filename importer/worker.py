@@ -11,7 +11,8 @@ the run returns between chunks once its in-flight batches are applied. Then
 * finished — the run finalized the job;
 * lease lost — another worker owns the job: nothing more is written (the store fences it);
 * cancelled — finalized ``cancelled`` with the ledger's counters;
-* interrupted — the database or the object store failed: the lease is left to expire, so the
+* interrupted — the database, the object store or the broker failed: the lease is left to
+  expire, so the
   job is retried (resumed) by the next claim after it, not in a hot loop;
 * released — the worker is stopping: the lease is released and the next claim resumes the job,
   skipping the batches its ledger marks done.
@@ -34,6 +35,7 @@ import structlog
 
 from importer import failpoints, lifecycle
 from importer.exceptions import (
+    BrokerError,
     ChecksumMismatchError,
     LayoutError,
     LeaseLostError,
@@ -234,7 +236,7 @@ class Worker:
             return await self._execute(job, job_run)
         except LeaseLostError:
             job_run.lease_lost = True
-        except (TransientStoreError, StorageError) as exc:
+        except (TransientStoreError, StorageError, BrokerError) as exc:
             job_log.warning("job_interrupted", error=str(exc))
             job_run.interrupted = True
         except Exception:  # noqa: BLE001 (a bug in one job fails that job, not the worker)

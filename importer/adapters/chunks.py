@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -31,6 +32,8 @@ log = structlog.get_logger("importer.fanout")
 
 # How long a stopping consumer waits for the deliveries it is working on.
 DRAIN_TIMEOUT_S = 30.0
+# How long a coordinator keeps trying to publish a batch through a broker outage.
+PUBLISH_PATIENCE_S = 120.0
 
 
 @dataclass(slots=True)
@@ -77,20 +80,44 @@ class AmqpDelivery:
 
 
 class AmqpBatchPublisher:
-    """A coordinator's batches to the main queue, each confirmed (fanout.BatchPublisher)."""
+    """A coordinator's batches to the main queue, each confirmed (fanout.BatchPublisher).
 
-    def __init__(self, publisher: rabbit.Publisher, topology: rabbit.Topology) -> None:
+    A publish the broker did not confirm (it is restarting, the connection dropped: the robust
+    connection is reconnecting) is tried again with backoff for up to ``patience_s``; a copy
+    that did arrive unconfirmed is a duplicate the lanes make a no-op. After that the
+    BrokerError goes up: the worker leaves the job to be resumed from its checkpoint.
+    """
+
+    def __init__(
+        self,
+        publisher: rabbit.Publisher,
+        topology: rabbit.Topology,
+        *,
+        patience_s: float = PUBLISH_PATIENCE_S,
+    ) -> None:
         self._publisher = publisher
         self._topology = topology
+        self._patience_s = patience_s
 
     async def publish(self, job: Job, batch: Batch) -> None:
         owner = job.lease_owner
         if owner is None:
             raise ValueError("only a leased job's batches are published")
         body = codec.encode(job.id, owner, batch)
-        await self._publisher.publish(
-            self._topology.main, body, message_id=codec.message_id(job.id, batch)
-        )
+        message_id = codec.message_id(job.id, batch)
+        deadline = time.monotonic() + self._patience_s
+        pause = 0.2
+        while True:
+            try:
+                await self._publisher.publish(self._topology.main, body, message_id=message_id)
+            except BrokerError as exc:
+                if time.monotonic() + pause > deadline:
+                    raise
+                log.warning("chunk_publish_retry", message_id=message_id, error=str(exc))
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 5.0)
+            else:
+                return
 
 
 class Fanout:

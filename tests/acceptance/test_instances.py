@@ -10,8 +10,6 @@ import itertools
 import os
 import signal
 import sys
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aio_pika
@@ -19,7 +17,7 @@ import pytest
 
 from importer.adapters.rabbit import Topology
 from importer.models import JobStatus
-from tests.acceptance.conftest import Contacts
+from tests.acceptance.conftest import RABBITMQ_URL, Contacts
 from tests.acceptance.test_crash_resume import (
     CHUNK_SIZE,
     CLIENT,
@@ -31,24 +29,10 @@ from tests.acceptance.test_crash_resume import (
     _logged,
     _queued_job,
 )
-from tests.jobs_support import WAIT_S, Env, eventually, job_env
+from tests.jobs_support import WAIT_S, Env, eventually, job_env, ledger_chunks
 from tests.support import fetch
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.rabbitmq]
-
-RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
-
-
-@pytest.fixture
-async def prefix() -> AsyncIterator[str]:
-    """Queues of this test only, deleted at the end."""
-    name = f"test-{uuid.uuid4().hex[:12]}/"
-    yield name
-    connection = await aio_pika.connect(RABBITMQ_URL)
-    async with connection:
-        channel = await connection.channel()
-        for queue in Topology.named(name).queue_arguments():
-            await channel.queue_delete(queue)
 
 
 async def _worker(
@@ -180,3 +164,72 @@ async def _dead_letters(prefix: str) -> int:
         queue = await channel.declare_queue(Topology.named(prefix).dead, passive=True)
         count = queue.declaration_result.message_count
         return int(count or 0)
+
+
+RABBITMQCTL = "rabbitmqctl"
+
+
+async def _rabbitmqctl(*args: str) -> None:
+    process = await asyncio.create_subprocess_exec(
+        RABBITMQCTL, *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+    )
+    _, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, err
+
+
+async def _broker_up() -> bool | None:
+    try:
+        connection = await aio_pika.connect(RABBITMQ_URL, timeout=2)
+    except Exception:
+        return None
+    await connection.close()
+    return True
+
+
+@pytest.mark.parametrize("fault", ["restart", "close_connections"])
+async def test_an_import_survives_a_broker_restart_and_dropped_connections(
+    db_dsn: str, tmp_path: Path, contacts: Contacts, prefix: str, fault: str
+) -> None:
+    """Catalog T05: the broker stops and starts at ~30% of an import (or every connection is
+    closed three times); publishers re-send what was not confirmed, consumers reconnect, the
+    durable queues keep their messages; the result is the undisturbed one."""
+    logs = [tmp_path / f"worker{i}.log" for i in range(2)]
+    async with job_env(db_dsn, tmp_path) as env:
+        # Slowed (50 ms after each batch) so that the fault lands mid-import.
+        workers = [
+            await _worker(env, log, prefix, failpoints="after_commit=sleep:50") for log in logs
+        ]
+        try:
+            for log in logs:
+                await eventually(lambda log=log: _logged(log, "chunk_consumer_started"))
+            job_id = await _queued_job(env, contacts)
+
+            async def progressed() -> bool | None:
+                done = await ledger_chunks(db_dsn, job_id)
+                return True if done >= 12 else None
+
+            await eventually(progressed)
+            try:
+                if fault == "restart":
+                    await _rabbitmqctl("stop_app")
+                    await asyncio.sleep(2)
+                else:
+                    for _ in range(3):
+                        await _rabbitmqctl("close_all_connections", "test: T05")
+                        await asyncio.sleep(1)
+            finally:
+                if fault == "restart":
+                    await _rabbitmqctl("start_app")
+                await eventually(_broker_up, timeout_s=60)
+            assert not await _is_terminal(env, job_id)  # the fault came mid-import
+
+            async def finished() -> bool | None:
+                return True if await _is_terminal(env, job_id) else None
+
+            await eventually(finished, timeout_s=180)
+        finally:
+            for worker in workers:
+                worker.send_signal(signal.SIGTERM)
+            codes = [await asyncio.wait_for(w.wait(), 60) for w in workers]
+    assert codes == [0, 0], [_log_tail(log) for log in logs]
+    await _assert_invariants(db_dsn, job_id, contacts)
