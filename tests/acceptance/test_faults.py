@@ -1,5 +1,6 @@
-"""Faults during a 200k-row import (catalog T02, T07): `importer serve` killed with SIGKILL at
-five random moments and restarted each time; every importer backend terminated three times.
+"""Faults during a 200k-row import (catalog T02, T07, T08): `importer serve` killed with SIGKILL
+at five random moments and restarted each time; every importer backend terminated three times;
+PostgreSQL restarted.
 Each import still ends exactly as an undisturbed one (I1-I6)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from benchmarks.generate import generate
@@ -169,6 +171,70 @@ async def test_importer_backends_terminated_three_times_the_import_still_ends_ex
         code = await asyncio.wait_for(server.wait(), 30)
     assert code == 0, (tmp_path / "serve.log").read_text()[-3000:]
     assert all(n > 0 for n in terminated), terminated
+    await assert_invariants(
+        env.dsn,
+        job_id,
+        imported,
+        client=CLIENT,
+        reference_client=REFERENCE_CLIENT,
+        chunk_size=CHUNK_SIZE,
+        partitions=PARTITIONS,
+        others_before=others,
+    )
+
+
+PG_START = "pg_ctlcluster --skip-systemctl-redirect {version} main {action}"
+PG_VERSIONS = (
+    [p.name for p in Path("/etc/postgresql").iterdir()] if Path("/etc/postgresql").is_dir() else []
+)
+
+
+async def _pg_ctl(action: str) -> None:
+    assert len(PG_VERSIONS) == 1, PG_VERSIONS
+    command = PG_START.format(version=PG_VERSIONS[0], action=action).split()
+    if action == "restart":
+        command += ["-m", "fast"]
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+    )
+    _, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, err
+
+
+async def _pg_up(dsn: str) -> bool | None:
+    try:
+        await fetch(dsn, "SELECT 1")
+    except (OSError, asyncpg.PostgresError):
+        return None
+    return True
+
+
+async def test_a_postgresql_restart_mid_import_and_the_import_still_ends_exactly(
+    env: Env, imported: Imported, tmp_path: Path
+) -> None:
+    """T08: `pg_ctl restart -m fast` at ~30% of the import: every connection drops, the server
+    is away a moment; batches roll back and are retried, the worker's lease and heartbeat
+    recover (or the job is reclaimed), and the job is not left in `importing`."""
+    others = await other_clients_digest(env.dsn, CLIENT)
+    job_id = await _queued_job(env, imported)
+    log_path = tmp_path / "serve.log"
+    server = await _serve(env, log_path)
+    try:
+
+        async def reached() -> bool | None:
+            return True if await ledger_chunks(env.dsn, job_id) >= BATCHES // 3 else None
+
+        await eventually(reached, timeout_s=DEADLINE_S)
+        try:
+            await _pg_ctl("restart")
+        finally:
+            await eventually(lambda: _pg_up(env.dsn), timeout_s=60)
+        await eventually(lambda: _terminal(env, job_id), timeout_s=DEADLINE_S)
+    finally:
+        if server.returncode is None:
+            server.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(server.wait(), 30)
+    assert code == 0, log_path.read_text()[-3000:]
     await assert_invariants(
         env.dsn,
         job_id,
