@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from importer.adapters.chunks import DRAIN_TIMEOUT_S
 from importer.server import GRACEFUL_SHUTDOWN_S
 from tests.acceptance.test_container_files import readme_variables
 
@@ -42,7 +43,9 @@ def test_notify_service_with_restart_and_a_drain_longer_than_the_servers() -> No
     assert one("Type") == "notify"
     assert one("Restart") == "on-failure"
     assert one("KillSignal") == "SIGTERM"
-    assert int(one("TimeoutStopSec").removesuffix("s")) > GRACEFUL_SHUTDOWN_S
+    # SIGTERM's drain waits for open requests, then for the chunk deliveries in hand: SIGKILL
+    # only after both bounds.
+    assert int(one("TimeoutStopSec").removesuffix("s")) > GRACEFUL_SHUTDOWN_S + DRAIN_TIMEOUT_S
     assert one("EnvironmentFile") == "/etc/importer/importer.env"
     assert one("ExecStart").startswith(f"{INSTALLED_IMPORTER} serve ")
     assert one("User") == one("Group") == "importer"
