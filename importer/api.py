@@ -14,7 +14,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import structlog
@@ -30,9 +30,18 @@ from importer import console, runtime
 from importer import openapi as doc
 from importer.adapters.catalog import CatalogStore
 from importer.adapters.postgres import PostgresStore, connect_pool
+from importer.admin import (
+    DEFAULT_LIST_LIMIT,
+    MAX_LIST_LIMIT,
+    AdminService,
+    page_document,
+    removed_document,
+    replay_document,
+)
 from importer.auth import Principal, TokenVerifier, parse_bearer
 from importer.exceptions import (
     AuthenticationError,
+    BrokerError,
     ChecksumMismatchError,
     IllegalTransitionError,
     ImportAlreadyAppliedError,
@@ -43,9 +52,11 @@ from importer.exceptions import (
     JobNotReadyError,
     LayoutError,
     LayoutNotFoundError,
+    NoBrokerError,
     ObjectNotFoundError,
     ObjectTooLargeError,
     PermissionDeniedError,
+    RateLimitedError,
     RequestTooLargeError,
     StorageError,
     StoreError,
@@ -75,6 +86,9 @@ from importer.streams import (
 )
 from importer.worker import Worker
 
+if TYPE_CHECKING:
+    from importer.adapters.redis import RedisAccelerator
+
 log = structlog.get_logger("importer.api")
 
 # Connections the API's own requests may hold beside the workers' (one per import partition).
@@ -86,6 +100,9 @@ MAX_OPERATION_ID_CHARS = 200
 # The storage probe of /readyz looks up this key: "not found" means the store answers.
 READY_PROBE_KEY = "readyz/probe"
 READY_PROBE_TIMEOUT_S = 5.0
+# Redis is an accelerator: readiness reports it (`degraded` when away) but never fails on it.
+OPTIONAL_CHECKS = frozenset({"redis"})
+REDIS_PROBE_TIMEOUT_S = 0.5
 
 
 # --- resources owned by the lifespan ----------------------------------------------------------
@@ -157,6 +174,8 @@ class Resources:
     workers: WorkerGroup
     metrics: ApiMetrics
     relay: OutboxRelay | None = None  # with a broker (RABBITMQ_URL) only
+    accelerator: RedisAccelerator | None = None  # with Redis (REDIS_URL) only
+    admin: AdminService | None = None  # the owner's operations
     draining: asyncio.Event = field(default_factory=asyncio.Event)
 
     def drain(self) -> None:
@@ -207,7 +226,15 @@ async def open_resources(
     queue = PostgresStore(pool, dsn=settings.database_url)
     try:
         store = PostgresStore(pool)
-        async with runtime.fanout_running(settings, store, metrics.pipeline, on_fatal) as fanout:
+        async with (
+            runtime.accelerator_running(settings) as accelerator,
+            runtime.fanout_running(
+                settings,
+                store,
+                observer := runtime.hinting(metrics.pipeline, accelerator),
+                on_fatal,
+            ) as fanout,
+        ):
             catalog = CatalogStore(pool, store)
 
             def make_worker(owner: str, stop: asyncio.Event) -> Worker:
@@ -218,7 +245,7 @@ async def open_resources(
                     owner=owner,
                     stop=stop,
                     throttle=app.state.priority,
-                    observer=metrics.pipeline,
+                    observer=observer,
                     publisher=fanout,
                 )
 
@@ -226,8 +253,11 @@ async def open_resources(
             service = ImportService(store, catalog, objects, settings)
             relay = runtime.outbox_relay(settings, pool)
             app.state.resources = Resources(
-                settings, service, verifier, catalog, objects, workers, metrics, relay
+                settings, service, verifier, catalog, objects, workers, metrics, relay, accelerator
             )
+            app.state.resources.admin = AdminService(store, runtime.dead_letter_queue(settings))
+            if accelerator is not None:
+                accelerator.hub.start()
             workers.start()
             relay_task = None if relay is None else start_relay(relay, on_fatal)
             try:
@@ -268,7 +298,21 @@ async def _caller(
     return _resources(request).verifier.verify(token)
 
 
+async def _creator(
+    request: Request, principal: Annotated[Principal, Depends(_caller)]
+) -> Principal:
+    """The caller of a route that creates an import, within its client's rate limit (with
+    Redis only; it fails open: Redis down or slow lets the request through)."""
+    accelerator = _resources(request).accelerator
+    if accelerator is not None:
+        decision = await accelerator.limiter.admit(principal.client_id)
+        if not decision.allowed:
+            raise RateLimitedError(decision.retry_after_s)
+    return principal
+
+
 Caller = Annotated[Principal, Depends(_caller)]
+Creator = Annotated[Principal, Depends(_creator)]
 Service = Annotated[ImportService, Depends(_service)]
 JobId = Annotated[uuid.UUID, Path(description="the import's id")]
 LayoutId = Annotated[int, Path(ge=1, le=MAX_INT8, description="the layout's id")]
@@ -411,10 +455,10 @@ _IMPORT_BODY = doc.request_body(
     responses={
         202: {"model": doc.JobBody, "description": "multipart: the queued job"},
         201: {"model": doc.JobBody, "description": "JSON: the job, uploaded"},
-        **doc.error_responses(413, 415),
+        **doc.error_responses(413, 415, 429),
     },
 )
-async def create_import(request: Request, principal: Caller, service: Service) -> Response:
+async def create_import(request: Request, principal: Creator, service: Service) -> Response:
     if boundary_of(request.headers.get("content-type")) is not None:
         view = await _multipart_import(request, principal, hsm=False)
         return _job(service, view, 202)
@@ -521,7 +565,9 @@ async def import_events(
     job_id: JobId, request: Request, principal: Caller, service: Service
 ) -> StreamingResponse:
     await service.view(principal, job_id)  # 404 before the stream starts
-    stream = progress_events(service, principal, job_id, _resources(request).draining)
+    resources = _resources(request)
+    hints = None if resources.accelerator is None else resources.accelerator.hub
+    stream = progress_events(service, principal, job_id, resources.draining, hints)
     return StreamingResponse(
         stream,
         media_type="text/event-stream",
@@ -576,9 +622,9 @@ async def import_errors(
         "uploaded, then /start."
     ),
     openapi_extra=doc.request_body({"application/json": doc.UploadRequestBody}),
-    responses={201: {"model": doc.UploadCreatedBody}, **doc.error_responses(413, 415)},
+    responses={201: {"model": doc.UploadCreatedBody}, **doc.error_responses(413, 415, 429)},
 )
-async def create_upload(request: Request, principal: Caller, service: Service) -> Response:
+async def create_upload(request: Request, principal: Creator, service: Service) -> Response:
     if not _is_json(request):
         raise UnsupportedMediaTypeError("send application/json")
     view, target = await service.create_upload(principal, await _json_object(request))
@@ -626,9 +672,9 @@ async def put_upload(
     summary="Import a file and hold a message firing until the import completes",
     description="Needs HSM.CREATE. The firing intent is released when the import completes.",
     openapi_extra=doc.request_body({"multipart/form-data": doc.HsmImportForm}),
-    responses={202: {"model": doc.JobBody}, **doc.error_responses(413, 415)},
+    responses={202: {"model": doc.JobBody}, **doc.error_responses(413, 415, 429)},
 )
-async def hsm_import(request: Request, principal: Caller, service: Service) -> Response:
+async def hsm_import(request: Request, principal: Creator, service: Service) -> Response:
     if boundary_of(request.headers.get("content-type")) is None:
         raise UnsupportedMediaTypeError("send multipart/form-data")
     view = await _multipart_import(request, principal, hsm=True)
@@ -700,6 +746,98 @@ async def delete_layout(layout_id: LayoutId, principal: Caller, service: Service
     return Response(status_code=204)
 
 
+# --- routes: owner operations (IMPORT.ADMIN; seed 001's runbook) --------------------------------
+
+
+async def _admin_service(request: Request) -> AdminService:
+    admin = _resources(request).admin
+    assert admin is not None
+    return admin
+
+
+Admin = Annotated[AdminService, Depends(_admin_service)]
+
+
+@router.post(
+    "/v1/imports/{job_id}/requeue",
+    status_code=202,
+    tags=["admin"],
+    summary="Requeue an ended import (IMPORT.ADMIN): its next run resumes from the ledger",
+    description=(
+        "A `failed` or `cancelled` import goes back to `queued` with its stored file and sealed "
+        "checksum; the next run skips the chunks its ledger holds. A completed import only "
+        "after DELETE /v1/imports/{job_id}/data (409 import_already_applied before); a running "
+        "one: 409 illegal_transition. Each run finalizes (and notifies) exactly once."
+    ),
+    responses={202: {"model": doc.RequeuedBody}, **doc.error_responses(404, 409)},
+)
+async def requeue_import(
+    job_id: JobId, request: Request, principal: Caller, service: Service, admin: Admin
+) -> Response:
+    requeued = await admin.requeue(principal, job_id, _operation_id(request, {}))
+    view = await service.view(principal, job_id)
+    document = {"job": job_document(view, service.clock()), "run": requeued.run}
+    return json_response(document, 202)
+
+
+@router.delete(
+    "/v1/imports/{job_id}/data",
+    tags=["admin"],
+    summary="Remove an ended import's data (IMPORT.ADMIN; idempotent)",
+    description=(
+        "Soft-deletes the contacts the import created (with their channels) and clears its "
+        "ledger and per-row report, in one transaction; a repeat removes nothing more. Then "
+        "POST /v1/imports/{job_id}/requeue imports the stored file again. 409 while it runs."
+    ),
+    responses={200: {"model": doc.RemovedDataBody}, **doc.error_responses(404, 409)},
+)
+async def remove_import_data(
+    job_id: JobId, principal: Caller, service: Service, admin: Admin
+) -> Response:
+    removed = await admin.remove_data(principal, job_id)
+    view = await service.view(principal, job_id)
+    counts = removed_document(removed)
+    del counts["job_id"]
+    return json_response({"job": job_document(view, service.clock()), "removed": counts})
+
+
+@router.get(
+    "/v1/admin/dead-letters",
+    tags=["admin"],
+    summary="The client's dead-lettered chunk messages, oldest first (IMPORT.ADMIN)",
+    description=(
+        "A bounded peek: messages are taken unacknowledged and handed back, none is consumed. "
+        "Multi-instance mode only: without RABBITMQ_URL, 409 no_broker."
+    ),
+    responses={200: {"model": doc.DeadLetterListBody}, **doc.error_responses(409)},
+)
+async def list_dead_letters(
+    principal: Caller,
+    admin: Admin,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = DEFAULT_LIST_LIMIT,
+) -> Response:
+    return json_response(page_document(await admin.dead_letters(principal, limit)))
+
+
+@router.post(
+    "/v1/admin/dead-letters/replay",
+    tags=["admin"],
+    summary="Replay the client's dead letters of running imports (IMPORT.ADMIN)",
+    description=(
+        "Each is republished to the main queue (confirmed, its attempt count carried on), then "
+        "removed from the dead-letter queue. A letter of an ended import stays (skipped, "
+        "job_ended): requeue the import instead. Without RABBITMQ_URL, 409 no_broker."
+    ),
+    responses={200: {"model": doc.ReplayBody}, **doc.error_responses(409)},
+)
+async def replay_dead_letters(
+    principal: Caller,
+    admin: Admin,
+    job_id: Annotated[uuid.UUID | None, Query(description="only this import's")] = None,
+) -> Response:
+    return json_response(replay_document(await admin.replay(principal, job_id)))
+
+
 # --- routes: operations -----------------------------------------------------------------------
 
 
@@ -723,11 +861,16 @@ async def readyz(request: Request) -> Response:
     }
     if resources.draining.is_set():
         checks["server"] = "draining"
-    failing = sorted(name for name, state in checks.items() if state != "ok")
+    if resources.accelerator is not None:  # optional: reported, never failing readiness
+        checks["redis"] = await _probe(resources.accelerator.ping(), REDIS_PROBE_TIMEOUT_S)
+    failing = sorted(
+        name for name, state in checks.items() if state != "ok" and name not in OPTIONAL_CHECKS
+    )
     if failing:
         message = "not ready: " + ", ".join(f"{name} {checks[name]}" for name in failing)
         return json_response({"error": "not_ready", "message": message, "checks": checks}, 503)
-    return json_response({"status": "ready", "checks": checks})
+    degraded = any(checks.get(name, "ok") != "ok" for name in OPTIONAL_CHECKS)
+    return json_response({"status": "degraded" if degraded else "ready", "checks": checks})
 
 
 async def _storage_probe(objects: ObjectStore) -> None:
@@ -735,9 +878,9 @@ async def _storage_probe(objects: ObjectStore) -> None:
         await objects.stat(READY_PROBE_KEY)
 
 
-async def _probe(check: Awaitable[None]) -> str:
+async def _probe(check: Awaitable[None], timeout_s: float = READY_PROBE_TIMEOUT_S) -> str:
     try:
-        await asyncio.wait_for(check, READY_PROBE_TIMEOUT_S)
+        await asyncio.wait_for(check, timeout_s)
     except (ImporterError, TimeoutError, OSError) as exc:
         log.warning("readiness_probe_failed", error=repr(exc))
         return "unavailable"
@@ -762,6 +905,7 @@ _ERRORS: tuple[tuple[type[ImporterError], int, str], ...] = (
     (JobNotReadyError, 409, "not_uploaded"),
     (IllegalTransitionError, 409, "illegal_transition"),
     (UploadMissingError, 409, "upload_missing"),
+    (NoBrokerError, 409, "no_broker"),
     (ObjectTooLargeError, 413, "too_large"),
     (RequestTooLargeError, 413, "too_large"),
     (UnsupportedMediaTypeError, 415, "unsupported_media_type"),
@@ -773,6 +917,7 @@ _ERRORS: tuple[tuple[type[ImporterError], int, str], ...] = (
 _UNAVAILABLE: tuple[tuple[type[ImporterError], str, str], ...] = (
     (StoreError, "database_unavailable", "the database is unavailable; retry later"),
     (StorageError, "storage_unavailable", "the object store is unavailable; retry later"),
+    (BrokerError, "broker_unavailable", "the message broker is unavailable; retry later"),
 )
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 
@@ -781,6 +926,11 @@ def error_response(exc: ImporterError) -> Response:
     if isinstance(exc, InvalidRequestError):
         problems = [{"field": name, "message": message} for name, message in exc.problems]
         return json_response(problems, 400)
+    if isinstance(exc, RateLimitedError):
+        retry_after = str(exc.retry_after_s)
+        return json_response(
+            {"error": "rate_limited", "message": str(exc)}, 429, **{"Retry-After": retry_after}
+        )
     for kind, status, code in _ERRORS:
         if isinstance(exc, kind):
             headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}

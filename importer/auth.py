@@ -74,10 +74,12 @@ class TokenVerifier:
     rather than every request.
     """
 
-    __slots__ = ("_algorithm", "_key")
+    __slots__ = ("_algorithm", "_keys")
 
     def __init__(self, *, secret: str | None = None, public_key_pem: str | None = None) -> None:
-        self._algorithm, self._key = _verification_key(secret, public_key_pem)
+        """``public_key_pem`` may hold several PEM blocks (RS256 key rotation): a token verifies
+        if any of them signed it. The algorithm stays pinned, so more keys add no confusion."""
+        self._algorithm, self._keys = _verification_keys(secret, public_key_pem)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TokenVerifier:
@@ -94,18 +96,26 @@ class TokenVerifier:
         return principal_from_claims(self._decode(token))
 
     def _decode(self, token: str) -> dict[str, object]:
-        try:
-            claims: dict[str, object] = jwt.decode(
-                token,
-                self._key,
-                algorithms=[self._algorithm],
-                options={"require": ["exp", "sub"], "enforce_minimum_key_length": True},
-                leeway=LEEWAY_S,
-            )
-        except jwt.PyJWTError as exc:
-            # The reason is ours, never PyJWT's text: nothing of the token goes back or to logs.
-            raise AuthenticationError(_reason(exc)) from None
-        return claims
+        """Verified claims; each key in turn while the signature is the only objection."""
+        for index, key in enumerate(self._keys):
+            try:
+                claims: dict[str, object] = jwt.decode(
+                    token,
+                    key,
+                    algorithms=[self._algorithm],
+                    options={"require": ["exp", "sub"], "enforce_minimum_key_length": True},
+                    leeway=LEEWAY_S,
+                )
+            except jwt.InvalidSignatureError:
+                if index + 1 < len(self._keys):
+                    continue
+                raise AuthenticationError("bad token signature") from None
+            except jwt.PyJWTError as exc:
+                # The reason is ours, never PyJWT's text: nothing of the token goes back or to
+                # logs.
+                raise AuthenticationError(_reason(exc)) from None
+            return claims
+        raise AuthenticationError("bad token signature")  # no key at all: never configured
 
 
 def principal_from_claims(claims: Mapping[str, object]) -> Principal:
@@ -158,17 +168,17 @@ def mint_token(
     return jwt.encode(claims, key, algorithm=algorithm)
 
 
-def _verification_key(
+def _verification_keys(
     secret: str | None, public_key_pem: str | None
-) -> tuple[str, bytes | RSAPublicKey]:
+) -> tuple[str, tuple[bytes | RSAPublicKey, ...]]:
     if secret is not None and public_key_pem is not None:
         raise ConfigurationError(
             "JWT_SECRET and JWT_PUBLIC_KEY are both set: a server accepts one algorithm only"
         )
     if secret is not None:
-        return HS256, _hmac_secret(secret)
+        return HS256, (_hmac_secret(secret),)
     if public_key_pem is not None:
-        return RS256, _rsa_public_key(public_key_pem)
+        return RS256, tuple(_rsa_public_key(block) for block in _pem_blocks(public_key_pem))
     raise ConfigurationError("set JWT_SECRET (HS256) or JWT_PUBLIC_KEY (RS256)")
 
 
@@ -197,7 +207,22 @@ def _pem_bytes(pem: str | bytes) -> bytes:
     return raw.replace(b"\\n", b"\n").strip()
 
 
-def _rsa_public_key(pem: str) -> RSAPublicKey:
+_PEM_END = b"-----END PUBLIC KEY-----"
+# Keys one JWT_PUBLIC_KEY may hold: the current and the next (or previous) of a rotation, with
+# room to spare; each costs a signature check on a token the earlier ones did not sign.
+MAX_PUBLIC_KEYS = 4
+
+
+def _pem_blocks(pem: str) -> list[bytes]:
+    """The PEM blocks of ``JWT_PUBLIC_KEY``, in order (one or more, concatenated)."""
+    raw = _pem_bytes(pem)
+    blocks = [part.strip() + b"\n" + _PEM_END for part in raw.split(_PEM_END) if part.strip()]
+    if not 1 <= len(blocks) <= MAX_PUBLIC_KEYS:
+        raise ConfigurationError(f"JWT_PUBLIC_KEY must hold 1 to {MAX_PUBLIC_KEYS} PEM keys")
+    return blocks
+
+
+def _rsa_public_key(pem: str | bytes) -> RSAPublicKey:
     try:
         key = load_pem_public_key(_pem_bytes(pem))
     except ValueError as exc:

@@ -7,6 +7,7 @@ import gc
 import os
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from importer import failpoints, runtime
+from importer import admin, failpoints, runtime
 from importer.auth import DEFAULT_TTL_S, MAX_CLIENT_ID, Permission, Principal, mint_token
 from importer.exceptions import ConfigurationError, ImporterError
 from importer.logs import configure_logging
@@ -65,6 +66,7 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     imp.add_argument("--json", action="store_true", help="one JSON object on stdout")
     _add_token_parser(commands)
     _add_serve_parser(commands)
+    _add_admin_parsers(commands)
     worker = commands.add_parser(
         "worker", help="run queued imports until SIGTERM or SIGINT (drains, releases leases)"
     )
@@ -111,6 +113,38 @@ def _add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     serve = commands.add_parser("serve", help="the HTTP API and the job workers (uvicorn, uvloop)")
     serve.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1")
     serve.add_argument("--port", type=_positive, default=8000, help="default 8000")
+
+
+def _job_id(raw: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an import id: {raw!r}") from None
+
+
+def _add_admin_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The owner's operations (seed 001's runbook), on DATABASE_URL and RABBITMQ_URL directly."""
+    job = commands.add_parser("job", help="owner operations on one import (no token needed)")
+    job_commands = job.add_subparsers(dest="job_command", required=True)
+    requeue = job_commands.add_parser(
+        "requeue",
+        help="a failed or cancelled import (or a completed one whose data was removed) back to "
+        "queued: the next run resumes from its ledger",
+    )
+    requeue.add_argument("job_id", type=_job_id)
+    remove = job_commands.add_parser(
+        "remove-data",
+        help="soft-delete the contacts an ended import created and clear its ledger (idempotent)",
+    )
+    remove.add_argument("job_id", type=_job_id)
+    dlq = commands.add_parser("dlq", help="the dead-letter queue of chunk messages (RABBITMQ_URL)")
+    dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True)
+    listing = dlq_commands.add_parser("list", help="look at dead letters without consuming them")
+    listing.add_argument("--limit", type=_positive, default=admin.DEFAULT_LIST_LIMIT)
+    replay = dlq_commands.add_parser(
+        "replay", help="republish the dead letters of running imports to the main queue"
+    )
+    replay.add_argument("--job", type=_job_id, help="only this import's")
 
 
 class TerminalProgress:
@@ -260,6 +294,29 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _admin(settings: Settings, args: argparse.Namespace) -> int:
+    """``importer job …`` and ``importer dlq …``: one JSON document on stdout; a refusal or a
+    failure is one line on stderr and exit 1."""
+    try:
+        document = uvloop.run(_admin_document(settings, args))
+    except ImporterError as exc:
+        print(f"importer: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write(orjson.dumps(document).decode() + "\n")
+    return 0
+
+
+async def _admin_document(settings: Settings, args: argparse.Namespace) -> object:
+    async with runtime.admin_service(settings) as service:
+        if args.command == "job" and args.job_command == "requeue":
+            return admin.requeued_document(await service.requeue(None, args.job_id))
+        if args.command == "job":
+            return admin.removed_document(await service.remove_data(None, args.job_id))
+        if args.dlq_command == "list":
+            return admin.page_document(await service.dead_letters(None, args.limit))
+        return admin.replay_document(await service.replay(None, args.job))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:  # a bad variable or argument is a usage error, said in one line
         settings = Settings.from_environ(os.environ)
@@ -282,6 +339,8 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     if args.command in ("token", "worker"):
         return _token(settings, args) if args.command == "token" else _worker(settings, args)
+    if args.command in ("job", "dlq"):
+        return _admin(settings, args)
     if args.command == "serve":
         from importer.server import run_server  # FastAPI and uvicorn load only to serve
 

@@ -154,3 +154,19 @@ class RequestTooLargeError(ImporterError):
 
 class UnsupportedMediaTypeError(ImporterError):
     """The request's Content-Type is not accepted here."""
+
+
+class RateLimitedError(ImporterError):
+    """Too many imports created; retry later."""
+
+    def __init__(self, retry_after_s: int, message: str | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class AcceleratorError(ImporterError):
+    """Redis (the optional accelerator) does not answer."""
+
+
+class NoBrokerError(ImporterError):
+    """No message broker is configured (RABBITMQ_URL): there is no dead-letter queue."""

@@ -189,8 +189,10 @@ class ChunkHandler:
                 return True
 
     async def _job(self, job_id: uuid.UUID) -> Job:
+        """The job, cached; a cached one that had ended is read again (a requeue runs it anew).
+        The cached status is only a shortcut: every write is fenced in the database."""
         job = self._jobs.get(job_id)
-        if job is None:
+        if job is None or job.status in TERMINAL_STATUSES:
             job = await self._store.get_job(job_id)
             self._jobs[job_id] = job
             if len(self._jobs) > _JOB_CACHE:

@@ -40,6 +40,14 @@ ALLOWED_SOURCES: dict[JobStatus, frozenset[JobStatus]] = {
 }
 
 
+# The owner's way back to ``queued`` (seed 001's runbook: remove the data, requeue), apart from
+# ALLOWED_SOURCES on purpose: a user's start goes by ALLOWED_SOURCES[QUEUED], and must never
+# bring an ended job back (the one-time gate). A failed or cancelled run may be requeued as it
+# is (the next run resumes from the ledger); a completed one only once its data was removed.
+REQUEUE_SOURCES = frozenset({JobStatus.FAILED, JobStatus.CANCELLED})
+REQUEUE_AFTER_REMOVAL_SOURCES = TERMINAL_STATUSES
+
+
 def allowed_sources(target: JobStatus) -> list[str]:
     """The statuses a guarded ``UPDATE … WHERE status = ANY(…)`` accepts for ``target``."""
     return sorted(s.value for s in ALLOWED_SOURCES[target])
@@ -93,6 +101,40 @@ def upload_target(current: JobStatus, ok: bool) -> JobStatus | None:
     if current is target:
         return None
     raise IllegalTransitionError(f"the import is {current.value}, not uploading")
+
+
+def requeue_sources(data_removed: bool) -> list[str]:
+    """The statuses the guarded requeue (``requeue_job``) accepts."""
+    return values(REQUEUE_AFTER_REMOVAL_SOURCES if data_removed else REQUEUE_SOURCES)
+
+
+def requeue_refusal(
+    current: JobStatus, *, data_removed: bool, in_process: bool
+) -> ImporterError | None:
+    """Why the owner cannot requeue a job in ``current``, or None.
+
+    A job still on its way (or running) is not ended: nothing to requeue. A completed one has
+    passed the one-time gate: its data must be removed first. A command-line import (its lease
+    never expires) has its file on the operator's machine, out of the workers' reach.
+    """
+    if current not in TERMINAL_STATUSES:
+        return IllegalTransitionError(f"the import is {current.value}: only an ended one")
+    if current.value not in requeue_sources(data_removed):
+        return ImportAlreadyAppliedError(
+            f"the import is {current.value}: remove its data first, then requeue it"
+        )
+    if in_process:
+        return IllegalTransitionError(
+            "a command-line import: run `importer import` with its file again"
+        )
+    return None
+
+
+def removal_refusal(current: JobStatus) -> ImporterError | None:
+    """Why an import's data cannot be removed now: only an ended import's data can."""
+    if current in TERMINAL_STATUSES:
+        return None
+    return IllegalTransitionError(f"the import is {current.value}: cancel it first")
 
 
 class CancelAction(enum.Enum):

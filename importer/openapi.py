@@ -39,6 +39,7 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         409: "the job's status does not allow this",
         413: "the upload is larger than IMPORTER_MAX_UPLOAD_BYTES",
         415: "unsupported Content-Type",
+        429: "too many imports created (IMPORTER_RATE_LIMIT_PER_MINUTE): see Retry-After",
         503: "the database or the object store is unavailable",
     }
     responses: dict[int | str, dict[str, Any]] = {}
@@ -188,3 +189,61 @@ def request_body(content: dict[str, type[BaseModel]]) -> dict[str, Any]:
     """An ``openapi_extra`` request body: media type → the model's (flat) JSON schema."""
     media = {kind: {"schema": model.model_json_schema()} for kind, model in content.items()}
     return {"requestBody": {"required": True, "content": media}}
+
+
+# --- owner operations -------------------------------------------------------------------------
+
+
+class RequeuedBody(BaseModel):
+    job: JobBody
+    run: int = Field(description="the run the requeue starts (1 was the first)")
+
+
+class RemovedCountsBody(BaseModel):
+    contacts: int = Field(description="contacts the import created, now soft-deleted")
+    details: int = Field(description="their channels, soft-deleted")
+    chunks: int = Field(description="ledger rows cleared: a requeue reads the whole file again")
+    row_errors: int = Field(description="per-row report rows cleared")
+    removed_at: dt.datetime
+
+
+class RemovedDataBody(BaseModel):
+    job: JobBody
+    removed: RemovedCountsBody
+
+
+class DeadLetterBody(BaseModel):
+    message_id: str | None
+    job_id: uuid.UUID | None
+    chunk: int | None
+    partition: int | None
+    error: str | None
+    attempts: int = Field(description="failed deliveries so far (carried across replays)")
+    dead_lettered_at: str | None
+    job_status: JobStatus | None
+
+
+class DeadLetterListBody(BaseModel):
+    items: list[DeadLetterBody]
+    scanned: int = Field(description="messages looked at (every client's), at most 1000")
+    more: bool
+
+
+class SkippedLetterBody(BaseModel):
+    message_id: str | None
+    job_id: uuid.UUID | None
+    chunk: int | None
+    partition: int | None
+    error: str | None
+    attempts: int
+    dead_lettered_at: str | None
+    reason: Literal["job_ended", "unknown_import", "malformed"]
+
+
+class ReplayBody(BaseModel):
+    replayed: int
+    replayed_ids: list[str | None]
+    skipped: list[SkippedLetterBody] = Field(
+        description="left in the queue: job_ended → requeue the import instead"
+    )
+    scanned: int

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from importer.accelerator import RateDecision
 from importer.exceptions import ChecksumMismatchError, InvalidObjectKeyError
 from importer.models import (
     Batch,
@@ -92,6 +95,66 @@ class LeaseState:
 
     held: bool
     cancel_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    """A job the owner put back to ``queued``: its next run (1 was the first)."""
+
+    job_id: uuid.UUID
+    client_id: int
+    run: int
+    finalizations_removed: int  # the previous run's import_batch_finalized row (0 or 1)
+
+
+@dataclass(frozen=True, slots=True)
+class RemovedData:
+    """What removing an import's data removed (all zero on a repeat)."""
+
+    job_id: uuid.UUID
+    client_id: int
+    contacts: int  # soft-deleted (deleted_at set), with their channels
+    details: int
+    chunks: int  # ledger rows: a requeue then reads the whole file again
+    row_errors: int
+    removed_at: dt.datetime  # the first removal's time
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A chunk message in the dead-letter queue, as its owner sees it. ``job_id``, ``chunk``
+    and ``partition`` are None when the body is not a chunk message (it went there for that)."""
+
+    message_id: str | None
+    job_id: uuid.UUID | None
+    chunk: int | None
+    partition: int | None
+    error: str | None
+    attempts: int  # failed deliveries, carried across re-publishes (T12)
+    dead_lettered_at: str | None  # ISO 8601, UTC
+
+
+class HeldDeadLetter(Protocol):
+    """A dead letter taken from its queue and held (unacknowledged) while its owner decides;
+    handed back to the queue unless replayed."""
+
+    @property
+    def letter(self) -> DeadLetter: ...
+
+    async def replay(self) -> None:
+        """Publish it to the main queue (confirmed, attempts carried), then drop this copy."""
+        ...
+
+
+class DeadLetterQueue(Protocol):
+    """The dead-letter queue of chunk messages (multi-instance mode)."""
+
+    def browse(
+        self, max_messages: int
+    ) -> contextlib.AbstractAsyncContextManager[Sequence[HeldDeadLetter]]:
+        """The first ``max_messages`` letters, held until the block ends; then every letter not
+        replayed goes back to the queue."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +321,30 @@ class PipelineObserver(Protocol):
     def on_batch_discarded(self, counters: Counters, rejected: bool) -> None:
         """A batch given up after its retries, or (``rejected``) a poison row alone."""
         ...
+
+
+class HintWatch(Protocol):
+    """One reader's watch on a job's progress hints (an SSE stream's)."""
+
+    changed: asyncio.Event  # set when a hint for the job arrives, or when ``live`` changes
+
+    @property
+    def live(self) -> bool:
+        """Hints are arriving (subscribed); False: Redis is away, poll at the usual cadence."""
+        ...
+
+
+class ProgressHints(Protocol):
+    """Advisory "this job changed" notices from any process: a reason to read the job from the
+    database sooner, never its state."""
+
+    def watch(self, job_id: uuid.UUID) -> contextlib.AbstractAsyncContextManager[HintWatch]: ...
+
+
+class RateLimiter(Protocol):
+    """Counts a client's import creations; fails open (allows) when its backing store fails."""
+
+    async def admit(self, client_id: int) -> RateDecision: ...
 
 
 class NullObserver:

@@ -10,16 +10,20 @@ import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import asyncpg
 import structlog
 
+from importer.accelerator import HintingObserver
 from importer.adapters.files import LocalFileSource
 from importer.adapters.localstore import LocalObjectStore
 from importer.adapters.outbox import PostgresOutbox
 from importer.adapters.postgres import PostgresStore, connect_pool, migrate
+from importer.admin import AdminService
 from importer.fanout import BatchPublisher, ChunkHandler, FanoutSettings
 from importer.ports import (
+    DeadLetterQueue,
     MessagePublisher,
     ObjectStore,
     PipelineObserver,
@@ -31,6 +35,9 @@ from importer.report import write_csv_report
 from importer.service import ImportOutcome, ImportRequest, import_source
 from importer.settings import Settings
 from importer.worker import Worker
+
+if TYPE_CHECKING:
+    from importer.adapters.redis import RedisAccelerator
 
 log = structlog.get_logger("importer.runtime")
 
@@ -114,23 +121,22 @@ async def run_workers(settings: Settings, count: int) -> None:
     objects = object_store(settings)
     metrics = PipelineMetrics()
     try:
-        async with (
-            stop_on_signals() as stop,
-            fanout_running(settings, PostgresStore(pool), metrics, stop.set) as publisher,
-        ):
-            workers = [
-                Worker(
-                    store,
-                    objects,
-                    settings,
-                    owner=worker_owner(i),
-                    stop=stop,
-                    observer=metrics,
-                    publisher=publisher,
-                )
-                for i in range(count)
-            ]
-            await supervise_workers(workers, stop, relay=outbox_relay(settings, pool))
+        async with stop_on_signals() as stop, accelerator_running(settings) as accelerator:
+            observer = hinting(metrics, accelerator)
+            async with fanout_running(settings, PostgresStore(pool), observer, stop.set) as fanout:
+                workers = [
+                    Worker(
+                        store,
+                        objects,
+                        settings,
+                        owner=worker_owner(i),
+                        stop=stop,
+                        observer=observer,
+                        publisher=fanout,
+                    )
+                    for i in range(count)
+                ]
+                await supervise_workers(workers, stop, relay=outbox_relay(settings, pool))
     finally:
         await store.close()
         await pool.close()
@@ -200,6 +206,30 @@ async def fanout_running(
         await fanout.close()
 
 
+@contextlib.asynccontextmanager
+async def accelerator_running(settings: Settings) -> AsyncIterator[RedisAccelerator | None]:
+    """Redis when ``REDIS_URL`` is set, else None (no Redis at all). The client connects on
+    first use: a Redis that is down at start-up delays nothing, and it is closed at exit."""
+    if settings.redis_url is None:
+        yield None
+        return
+    # Imported here: redis-py is loaded only by processes that use it.
+    from importer.adapters.redis import RedisAccelerator
+
+    accelerator = RedisAccelerator.from_url(settings.redis_url, settings.rate_limit_per_minute)
+    try:
+        yield accelerator
+    finally:
+        await accelerator.aclose()
+
+
+def hinting(metrics: PipelineObserver, accelerator: RedisAccelerator | None) -> PipelineObserver:
+    """The pipeline's observer: the metrics, plus a progress hint per batch with Redis."""
+    if accelerator is None:
+        return metrics
+    return HintingObserver(metrics, accelerator.offer_hint)
+
+
 def fanout_connections(settings: Settings) -> int:
     """Pool connections the chunk consumer's deliveries hold (one each, prefetch of them)."""
     return 0 if settings.rabbitmq_url is None else settings.concurrency
@@ -224,3 +254,25 @@ def outbox_relay(settings: Settings, pool: asyncpg.Pool) -> OutboxRelay | None:
 
     outbox = PostgresOutbox(pool, dsn=settings.database_url)
     return OutboxRelay(outbox, open_publisher, topology.queue_for, list(topology.topics))
+
+
+def dead_letter_queue(settings: Settings) -> DeadLetterQueue | None:
+    """The chunk messages' dead-letter queue when a broker is configured, else None."""
+    url = settings.rabbitmq_url
+    if url is None:
+        return None
+    # Imported here: aio-pika is loaded only by processes that use a broker.
+    from importer.adapters import rabbit
+    from importer.adapters.deadletters import AmqpDeadLetters
+
+    return AmqpDeadLetters(url, rabbit.Topology.from_settings(settings))
+
+
+@contextlib.asynccontextmanager
+async def admin_service(settings: Settings) -> AsyncIterator[AdminService]:
+    """The owner's operations for the command line, on DATABASE_URL and RABBITMQ_URL."""
+    pool = await connect_pool(settings.database_url, 2)
+    try:
+        yield AdminService(PostgresStore(pool), dead_letter_queue(settings))
+    finally:
+        await pool.close()

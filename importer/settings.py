@@ -35,6 +35,8 @@ DEFAULT_PUBLIC_URL = "http://127.0.0.1:8000"
 DEFAULT_RETRY_DELAY_MS = 30_000
 # Retries of a failed chunk before it is discarded and its message dead-lettered.
 DEFAULT_MAX_RETRIES = 3
+# Imports one client may create per minute through the API (enforced only with REDIS_URL set).
+DEFAULT_RATE_LIMIT_PER_MINUTE = 120
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,9 @@ class Settings:
     queue_prefix: str = ""
     lane_wait_ms: int = 1_000  # a deferred chunk's wait for its lane (multi-instance mode)
     max_retries: int = DEFAULT_MAX_RETRIES
+    # Redis: an accelerator only (progress hints, the creation rate limit); None runs without.
+    redis_url: str | None = None
+    rate_limit_per_minute: int = DEFAULT_RATE_LIMIT_PER_MINUTE
     # Tests only: `name=action[@n],…` (importer.failpoints); empty arms none.
     failpoints: str = ""
 
@@ -130,6 +135,10 @@ class Settings:
             queue_prefix=environ.get("IMPORTER_QUEUE_PREFIX", ""),
             lane_wait_ms=_int(environ, "IMPORTER_LANE_WAIT_MS", 1_000),
             max_retries=_int(environ, "IMPORTER_MAX_RETRIES", DEFAULT_MAX_RETRIES),
+            redis_url=environ.get("REDIS_URL") or None,
+            rate_limit_per_minute=_int(
+                environ, "IMPORTER_RATE_LIMIT_PER_MINUTE", DEFAULT_RATE_LIMIT_PER_MINUTE
+            ),
             failpoints=_failpoints(environ),
         )
 

@@ -21,11 +21,16 @@ from importer.exceptions import ObjectTooLargeError, RequestTooLargeError
 from importer.imports import ImportService, job_document
 from importer.metrics import ApiMetrics
 from importer.models import TERMINAL_STATUSES, RowIssue
+from importer.ports import HintWatch, ProgressHints
 from importer.report import REPORT_COLUMNS, report_row
 
 # Server-Sent Events: how often the job is looked at, and the longest silence on the stream.
 SSE_POLL_S = 0.5
 SSE_HEARTBEAT_S = 15.0
+# With progress hints (Redis) the job is read when one arrives, at most this often (a burst of
+# batches is one read), and at least this often (a hint is at-most-once: the poll stays).
+SSE_HINT_GAP_S = 0.1
+SSE_HINTED_POLL_S = 2.0
 # Bytes of a report buffered per write to the socket.
 REPORT_FLUSH_BYTES = 64 * 1024
 # What a refused upload's rest may cost us to read, so the client sees the 413 (not a reset).
@@ -95,31 +100,73 @@ async def _wait(event: asyncio.Event, seconds: float) -> bool:
     return event.is_set()
 
 
+async def _wait_any(events: tuple[asyncio.Event, ...], seconds: float) -> None:
+    """Sleep ``seconds`` unless one of ``events`` is set first."""
+    waiters = [asyncio.create_task(e.wait(), name=f"sse-wait:{i}") for i, e in enumerate(events)]
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()  # an Event.wait holds nothing
+        await asyncio.gather(*waiters, return_exceptions=True)
+
+
+async def _next_look(draining: asyncio.Event, watch: HintWatch | None) -> bool:
+    """Until the job should be read again; True when the server drains.
+
+    Without live hints: the poll interval. With them: a hint (after a short gap that folds a
+    burst of them into one read), or the slower poll that covers a lost hint.
+    """
+    if watch is None or not watch.live:
+        return await _wait(draining, SSE_POLL_S)
+    await _wait_any((draining, watch.changed), SSE_HINTED_POLL_S)
+    return draining.is_set() or await _wait(draining, SSE_HINT_GAP_S)
+
+
+@contextlib.asynccontextmanager
+async def _watching(
+    hints: ProgressHints | None, job_id: uuid.UUID
+) -> AsyncIterator[HintWatch | None]:
+    if hints is None:
+        yield None
+        return
+    async with hints.watch(job_id) as watch:
+        yield watch
+
+
 async def progress_events(
-    service: ImportService, principal: Principal, job_id: uuid.UUID, draining: asyncio.Event
+    service: ImportService,
+    principal: Principal,
+    job_id: uuid.UUID,
+    draining: asyncio.Event,
+    hints: ProgressHints | None = None,
 ) -> AsyncIterator[bytes]:
     """``progress`` whenever the job changes, ``done`` at its end; a heartbeat when quiet.
 
-    Ends when the job is terminal, when the server drains, or (Starlette cancels it) when the
-    client goes away.
+    The job is always read from the database; ``hints`` (Redis) only say when to read it
+    sooner. Ends when the job is terminal, when the server drains, or (Starlette cancels it)
+    when the client goes away.
     """
     last: dict[str, object] | None = None
     quiet_since = time.monotonic()
-    while True:
-        view = await service.view(principal, job_id)
-        document = job_document(view, service.clock())
-        comparable = {k: v for k, v in document.items() if k != "eta_s"}
-        if comparable != last:
-            yield sse("progress", document)
-            last, quiet_since = comparable, time.monotonic()
-        elif time.monotonic() - quiet_since >= SSE_HEARTBEAT_S:
-            yield b": heartbeat\n\n"
-            quiet_since = time.monotonic()
-        if view.status in TERMINAL_STATUSES:
-            yield sse("done", document)
-            return
-        if await _wait(draining, SSE_POLL_S):
-            return
+    async with _watching(hints, job_id) as watch:
+        while True:
+            if watch is not None:
+                watch.changed.clear()  # a hint from now on means another read
+            view = await service.view(principal, job_id)
+            document = job_document(view, service.clock())
+            comparable = {k: v for k, v in document.items() if k != "eta_s"}
+            if comparable != last:
+                yield sse("progress", document)
+                last, quiet_since = comparable, time.monotonic()
+            elif time.monotonic() - quiet_since >= SSE_HEARTBEAT_S:
+                yield b": heartbeat\n\n"
+                quiet_since = time.monotonic()
+            if view.status in TERMINAL_STATUSES:
+                yield sse("done", document)
+                return
+            if await _next_look(draining, watch):
+                return
 
 
 async def csv_report(issues: AsyncIterator[RowIssue]) -> AsyncIterator[bytes]:

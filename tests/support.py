@@ -72,14 +72,15 @@ async def db_state(dsn: str, client_id: int) -> dict[str, ContactState]:
         }
         for r in await conn.fetch(
             "SELECT c.cpf_cnpj, d.channel_id, d.value FROM contact_details d"
-            " JOIN contact c ON c.id = d.contact_id WHERE c.client_id = $1",
+            " JOIN contact c ON c.id = d.contact_id"
+            " WHERE c.client_id = $1 AND c.deleted_at IS NULL AND d.deleted_at IS NULL",
             client_id,
         ):
             state[r["cpf_cnpj"]].details.add((Channel(r["channel_id"]), r["value"]))
         for r in await conn.fetch(
             "SELECT c.cpf_cnpj, lower(f.name) AS field, v.value FROM contact_custom_fields v"
             " JOIN contact c ON c.id = v.contact_id JOIN custom_field f ON f.id = v.custom_field_id"
-            " WHERE c.client_id = $1",
+            " WHERE c.client_id = $1 AND c.deleted_at IS NULL",
             client_id,
         ):
             state[r["cpf_cnpj"]].custom_fields[r["field"]] = r["value"]

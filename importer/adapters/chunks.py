@@ -171,7 +171,12 @@ class Fanout:
         with rabbit.translated_errors("open the consumer channel"):
             channel = await self._connection.channel()
             await channel.set_qos(prefetch_count=self._prefetch)
-            queue = await channel.get_queue(self.topology.main, ensure=False)
+            # Declared (idempotently), not just looked up: a robust channel restores the
+            # queues it declared, and their consumers, after the broker comes back.
+            main = self.topology.main
+            queue = await channel.declare_queue(
+                main, durable=True, arguments=self.topology.queue_arguments()[main]
+            )
         try:
             await self._consume_until(queue, stop)
         finally:

@@ -44,7 +44,7 @@ from importer.models import (
     RowIssue,
     Severity,
 )
-from importer.ports import Finalized, JobView, LeaseState, NewJob
+from importer.ports import Finalized, JobView, LeaseState, NewJob, RemovedData, Requeued
 from importer.sql import queries, schema
 
 # A pool's connection proxy or a plain connection.
@@ -648,6 +648,81 @@ class PostgresStore:
 
     async def _locked(self, conn: Conn, client_id: int, job_id: uuid.UUID) -> asyncpg.Record:
         row = await conn.fetchrow(self._q["lock_client_job"], job_id, client_id)
+        if row is None:
+            raise JobNotFoundError(f"import {job_id} does not exist")
+        return row
+
+    # --- the owner's operations (seed 001's runbook) -------------------------------------------
+    # ``client_id`` None: the command line, whose operator acts on any client's job.
+
+    async def requeue_job(
+        self, client_id: int | None, job_id: uuid.UUID, operation_id: str
+    ) -> Requeued:
+        """An ended job back to ``queued`` as its next run (see the requeue_job query)."""
+        with translated_errors():
+            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
+                current = await self._admin_locked(conn, client_id, job_id)
+                data_removed = current["data_removed"]
+                refusal = lifecycle.requeue_refusal(
+                    JobStatus(current["status"]),
+                    data_removed=data_removed,
+                    in_process=bool(current["in_process"]),
+                )
+                if refusal is not None:
+                    raise refusal
+                row = await conn.fetchrow(
+                    self._q["requeue_job"],
+                    job_id,
+                    client_id,
+                    lifecycle.requeue_sources(data_removed),
+                    operation_id,
+                )
+        assert row is not None  # the locked row was in an allowed status
+        return Requeued(
+            job_id, current["client_id"], row["run_generation"], row["finalizations_removed"]
+        )
+
+    async def remove_job_data(self, client_id: int | None, job_id: uuid.UUID) -> RemovedData:
+        """Soft-delete the contacts an ended import created, and clear its ledger, lanes and
+        per-row report, in one transaction; a repeat removes nothing more."""
+        removed_at = _now()
+        with translated_errors():
+            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
+                current = await self._admin_locked(conn, client_id, job_id)
+                refusal = lifecycle.removal_refusal(JobStatus(current["status"]))
+                if refusal is not None:
+                    raise refusal
+                owner = current["client_id"]
+                contacts = await conn.fetchrow(
+                    self._q["remove_job_contacts"], job_id, owner, removed_at
+                )
+                ledger = await conn.fetchrow(self._q["clear_job_ledger"], job_id)
+                marked = await conn.fetchrow(self._q["mark_data_removed"], job_id, removed_at)
+        assert contacts is not None
+        assert ledger is not None
+        assert marked is not None
+        return RemovedData(
+            job_id,
+            owner,
+            contacts=contacts["contacts"],
+            details=contacts["details"],
+            chunks=ledger["chunks"],
+            row_errors=ledger["row_errors"],
+            removed_at=marked["data_removed_at"],
+        )
+
+    async def job_statuses(
+        self, client_id: int | None, job_ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, tuple[int, JobStatus]]:
+        """job id → (client, status) of the given jobs that exist (for ``client_id``)."""
+        with translated_errors():
+            rows = await self._pool.fetch(self._q["job_statuses"], list(job_ids), client_id)
+        return {r["id"]: (r["client_id"], JobStatus(r["status"])) for r in rows}
+
+    async def _admin_locked(
+        self, conn: Conn, client_id: int | None, job_id: uuid.UUID
+    ) -> asyncpg.Record:
+        row = await conn.fetchrow(self._q["lock_admin_job"], job_id, client_id)
         if row is None:
             raise JobNotFoundError(f"import {job_id} does not exist")
         return row

@@ -317,6 +317,11 @@ SET LOCAL synchronous_commit = on;
 -- be held (NULL: an in-process run or the API, unfenced).
 -- A cancelled import gets the notification `import_cancelled` with its truthful counters; like
 -- a failed one, it neither moves its journey classification nor releases its firing intents.
+-- One finalization per run: the guarded update leaves the running statuses once, and only a
+-- requeue (requeue_job) brings the job back, as its next run, deleting the finalization row in
+-- the same statement. The notification and stats-refresh ids carry the run from the second on
+-- (`notification:<job>:2`): one message per finalization, the UNIQUE message_id refusing any
+-- second. Firing ids need none: an intent is released once ever (released_at).
 WITH totals AS (
     SELECT coalesce(sum(rows_read), 0) AS rows_read, coalesce(sum(inserted), 0) AS inserted,
            coalesce(sum(updated), 0) AS updated, coalesce(sum(invalid), 0) AS invalid,
@@ -345,7 +350,9 @@ finalized AS (
 ),
 notification AS (
     INSERT INTO outbox (message_id, topic, payload)
-    SELECT 'notification:' || j.id, 'notification',
+    SELECT 'notification:' || j.id
+               || CASE WHEN j.run_generation > 1 THEN ':' || j.run_generation ELSE '' END,
+           'notification',
            jsonb_build_object(
                'type', CASE WHEN j.status = 'failed' THEN 'import_failed'
                             WHEN j.status = 'cancelled' THEN 'import_cancelled'
@@ -384,13 +391,94 @@ follow_up AS (
     -- Seed 001's follow-up job: the client's contact statistics are refreshed after an import
     -- that wrote rows (not after a failed or cancelled one).
     INSERT INTO outbox (message_id, topic, payload)
-    SELECT 'stats-refresh:' || j.id, 'contact-import/stats-refresh',
+    SELECT 'stats-refresh:' || j.id
+               || CASE WHEN j.run_generation > 1 THEN ':' || j.run_generation ELSE '' END,
+           'contact-import/stats-refresh',
            jsonb_build_object('job_id', j.id, 'client_id', j.client_id)
     FROM job j JOIN finalized f ON f.batch_id = j.id
     WHERE j.status NOT IN ('failed', 'cancelled')
 )
 SELECT j.status, j.rows_read, j.inserted, j.updated, j.invalid, j.error, j.ignored
 FROM job j JOIN finalized f ON f.batch_id = j.id;
+
+-- owner operations (seed 001's runbook: remove an import's data, requeue it)
+-- $2: the client, or NULL for the command line (an operator acts on any client's job).
+
+-- name: lock_admin_job
+-- FOR UPDATE: waits for anything still writing to the job, and keeps claims off it.
+SELECT client_id, status, run_generation, data_removed_at IS NOT NULL AS data_removed,
+       lease_expires_at = 'infinity' AS in_process
+FROM import_job
+WHERE id = $1 AND ($2::integer IS NULL OR client_id = $2)
+FOR UPDATE;
+
+-- name: requeue_job
+-- The job's next run: back to queued ($3: the allowed sources, lifecycle.requeue_sources)
+-- with its stored file, sealed size and sha256 and its chunk ledger (the run resumes from it);
+-- lease, cancel request, fail reason and end are cleared. The previous run's finalization row
+-- goes in the same statement, so the next run finalizes exactly once; its outbox rows stay
+-- (they were that run's messages). $4: the operation id. The workers are woken at commit.
+WITH moved AS (
+    UPDATE import_job
+    SET status = 'queued', run_generation = run_generation + 1, fail_reason = NULL,
+        lease_owner = NULL, lease_expires_at = NULL, cancel_requested_at = NULL,
+        started_at = NULL, finished_at = NULL, data_removed_at = NULL,
+        rows_read = 0, inserted = 0, updated = 0, invalid = 0, error = 0, ignored = 0,
+        last_operation_id = $4, updated_at = now()
+    WHERE id = $1 AND ($2::integer IS NULL OR client_id = $2) AND status = ANY($3::text[])
+    RETURNING id, run_generation
+),
+forgotten AS (
+    DELETE FROM import_batch_finalized f USING moved m WHERE f.batch_id = m.id
+    RETURNING f.batch_id
+)
+SELECT m.run_generation, (SELECT count(*) FROM forgotten) AS finalizations_removed,
+       pg_notify('importer_jobs', m.id::text) AS notified
+FROM moved m;
+
+-- name: remove_job_contacts
+-- The contacts the import created ($1; provenance import_job_id), soft-deleted with their
+-- channels at $3; their custom values stay with them. Reached through the client's key index
+-- ($2: the job's client): no index on import_job_id slows every import's inserts for this rare
+-- operation. A repeat finds nothing left to remove.
+WITH removed AS (
+    UPDATE contact SET deleted_at = $3, updated_at = $3
+    WHERE client_id = $2 AND cpf_cnpj IS NOT NULL AND import_job_id = $1 AND deleted_at IS NULL
+    RETURNING id
+),
+details AS (
+    UPDATE contact_details d SET deleted_at = $3
+    FROM removed r
+    WHERE d.contact_id = r.id AND d.deleted_at IS NULL
+    RETURNING d.id
+)
+SELECT (SELECT count(*) FROM removed) AS contacts, (SELECT count(*) FROM details) AS details;
+
+-- name: clear_job_ledger
+-- The run's ledger, lanes and per-row report go with the data: a requeue then reads the whole
+-- file again (with the ledger kept it would find every chunk done and import nothing), and the
+-- report's raw values are the file's data too.
+WITH chunks AS (
+    DELETE FROM import_chunk WHERE job_id = $1 RETURNING 1
+),
+lanes AS (
+    DELETE FROM import_lane WHERE job_id = $1
+),
+row_errors AS (
+    DELETE FROM import_row_error WHERE job_id = $1 RETURNING 1
+)
+SELECT (SELECT count(*) FROM chunks) AS chunks, (SELECT count(*) FROM row_errors) AS row_errors;
+
+-- name: mark_data_removed
+UPDATE import_job SET data_removed_at = coalesce(data_removed_at, $2), updated_at = $2
+WHERE id = $1
+RETURNING client_id, data_removed_at;
+
+-- name: job_statuses
+-- The dead-letter tools' look-up: the status of each job named by a message ($1), of the
+-- client $2 (NULL: any).
+SELECT id, client_id, status FROM import_job
+WHERE id = ANY($1::uuid[]) AND ($2::integer IS NULL OR client_id = $2);
 
 -- name: row_errors
 SELECT line, column_name, reason, severity, value

@@ -143,6 +143,12 @@ CREATE INDEX IF NOT EXISTS import_job_status_idx ON import_job (status) WHERE st
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS filename text;             -- the user's file name
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS storage_version text;      -- the pinned object version
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS cancel_requested_at timestamptz;
+-- The owner's runbook (seed 001): a requeue starts the job's next run. run_generation numbers
+-- the runs (1: the first); each run finalizes once and its outbox message ids carry the number
+-- from the second run on. data_removed_at: the import's data was removed (a completed job may
+-- then be requeued, past the one-time gate).
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS run_generation integer NOT NULL DEFAULT 1;
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS data_removed_at timestamptz;
 
 -- History, newest first: the keyset (created_at, id) read backwards from the cursor, per client
 -- and per client and user. (The first index, (client_id, created_at DESC, id), could not serve

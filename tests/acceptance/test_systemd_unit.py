@@ -20,7 +20,12 @@ UNIT = ROOT / "deploy" / "importer.service"
 ENV_EXAMPLE = ROOT / "deploy" / "importer.env.example"
 INSTALLED_IMPORTER = "/opt/importer/venv/bin/importer"
 # Not for a deployment's environment file (IMPORTER_FAILPOINTS crashes the process on purpose).
-TEST_ONLY_VARIABLES = {"IMPORTER_TEST_DATABASE_URL", "S3_TEST_ENDPOINT_URL", "IMPORTER_FAILPOINTS"}
+TEST_ONLY_VARIABLES = {
+    "IMPORTER_TEST_DATABASE_URL",
+    "S3_TEST_ENDPOINT_URL",
+    "RABBITMQ_TEST_URL",
+    "IMPORTER_FAILPOINTS",
+}
 
 
 def unit_settings() -> dict[str, list[str]]:
