@@ -60,6 +60,8 @@ _TRANSIENT = (
     asyncpg.exceptions.OperatorInterventionError,
     asyncpg.exceptions.InsufficientResourcesError,
     asyncpg.exceptions.CannotConnectNowError,
+    # A connection killed under a pooled connection may surface as a protocol state error.
+    asyncpg.exceptions.InternalClientError,
     # A concurrent import of the same client inserted one of our new keys first: the retry
     # finds it stored and merges into it.
     asyncpg.exceptions.UniqueViolationError,
@@ -83,6 +85,33 @@ _CONTACT = ("id", "client_id", "cpf_cnpj", "name", "street_address", "import_job
 _DETAIL = ("contact_id", "client_id", "channel_id", "value", "country_code", "country")
 _CUSTOM = ("contact_id", "client_id", "custom_field_id", "value")
 _ROW_ERROR = ("job_id", "line", "column_name", "reason", "severity", "value")
+
+
+# A connection after one of these is in doubt: it is closed, never handed back to the pool.
+_BROKEN = (
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+    asyncpg.exceptions.PostgresConnectionError,
+    ConnectionError,
+    OSError,
+    TimeoutError,
+)
+
+
+@contextlib.asynccontextmanager
+async def pooled(pool: asyncpg.Pool) -> AsyncIterator[Conn]:
+    """A connection of ``pool`` for one unit of work. If the work dies of a broken connection
+    (the server killed it, the network dropped), the connection is terminated instead of going
+    back to the pool, where the next batch would meet it half-dead."""
+    async with pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn:
+        try:
+            yield conn
+        except _BROKEN:
+            # (A connection the server closed is already back in the pool, closed: nothing
+            # to terminate then.)
+            with contextlib.suppress(asyncpg.exceptions.InterfaceError):
+                conn.terminate()
+            raise
 
 
 # The database refused the rows themselves (SQLSTATE classes 22, 23 and 54: a bad value, a
@@ -231,7 +260,7 @@ class PostgresStore:
         if failpoints.armed is not None:
             await failpoints.armed.reach(failpoints.BEFORE_FINALIZE)
         with translated_errors():
-            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
+            async with pooled(self._pool) as conn, conn.transaction():
                 row = await self._finalize_on(conn, job_id, target, fail_reason, sources, owner)
         if failpoints.armed is not None:
             await failpoints.armed.reach(failpoints.AFTER_FINALIZE_BEFORE_RETURN)
@@ -300,7 +329,7 @@ class PostgresStore:
         try:
             with translated_errors():
                 async with (
-                    self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn,
+                    pooled(self._pool) as conn,
                     conn.transaction(),
                 ):
                     if lane and not await self._in_lane(conn, job, batch):
@@ -397,7 +426,7 @@ class PostgresStore:
             RowIssue(r.line, None, reason, error[:1024], Severity.ERROR) for r in batch.rows
         )
         with contextlib.suppress(BatchAlreadyAppliedError), translated_errors():
-            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
+            async with pooled(self._pool) as conn, conn.transaction():
                 if lane and not await self._in_lane(conn, job, batch):
                     return
                 await self._write_issues(conn, job.id, batch.issues + lost)
@@ -591,7 +620,7 @@ class PostgresStore:
         reason through finalization. A repeat changes nothing; a job past its upload is refused.
         """
         with translated_errors():
-            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
+            async with pooled(self._pool) as conn, conn.transaction():
                 current = await self._locked(conn, client_id, job_id)
                 target = lifecycle.upload_target(JobStatus(current["status"]), ok)
                 if target is JobStatus.UPLOADED:
@@ -633,7 +662,7 @@ class PostgresStore:
         """Cancel at once a job no worker ever claimed; flag a claimed one (its worker stops
         between chunks and finalizes it ``cancelled``); a terminal job stays as it is."""
         with translated_errors():
-            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
+            async with pooled(self._pool) as conn, conn.transaction():
                 current = await self._locked(conn, client_id, job_id)
                 action = lifecycle.cancel_action(
                     JobStatus(current["status"]), claimed=current["lease_expires_at"] is not None
@@ -660,7 +689,7 @@ class PostgresStore:
     ) -> Requeued:
         """An ended job back to ``queued`` as its next run (see the requeue_job query)."""
         with translated_errors():
-            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
+            async with pooled(self._pool) as conn, conn.transaction():
                 current = await self._admin_locked(conn, client_id, job_id)
                 data_removed = current["data_removed"]
                 refusal = lifecycle.requeue_refusal(
@@ -687,7 +716,7 @@ class PostgresStore:
         per-row report, in one transaction; a repeat removes nothing more."""
         removed_at = _now()
         with translated_errors():
-            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
+            async with pooled(self._pool) as conn, conn.transaction():
                 current = await self._admin_locked(conn, client_id, job_id)
                 refusal = lifecycle.removal_refusal(JobStatus(current["status"]))
                 if refusal is not None:
@@ -732,7 +761,7 @@ class PostgresStore:
     async def claim_job(self, owner: str, lease_s: float, max_per_client: int) -> Job | None:
         """Lease the oldest claimable job to ``owner`` (see the claim_job query)."""
         with translated_errors():
-            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
+            async with pooled(self._pool) as conn, conn.transaction():
                 await conn.execute(self._q["claim_lock"], _CLAIM_LOCK)
                 row = await conn.fetchrow(
                     self._q["claim_job"], owner, float(lease_s), max_per_client, _CLAIMABLE
@@ -772,7 +801,7 @@ class PostgresStore:
 
     async def _wait_on_pool(self, timeout_s: float) -> None:
         with translated_errors():
-            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn:
+            async with pooled(self._pool) as conn:
                 await conn.add_listener(JOBS_CHANNEL, self._on_job_queued)
                 try:
                     await self._wait_for_queued(timeout_s)
@@ -812,7 +841,7 @@ class PostgresStore:
 
     async def row_issues(self, job_id: uuid.UUID) -> AsyncIterator[RowIssue]:
         with translated_errors():
-            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
+            async with pooled(self._pool) as conn, conn.transaction():
                 async for r in conn.cursor(self._q["row_errors"], job_id, prefetch=2000):
                     yield RowIssue(
                         r["line"],
