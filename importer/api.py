@@ -221,7 +221,9 @@ async def open_resources(
     verifier = TokenVerifier.from_settings(settings)  # a bad key fails the start, not requests
     objects = runtime.object_store(settings)
     await objects.ensure_bucket()
-    pool = await connect_pool(settings.database_url, pool_size(settings))
+    pool = await connect_pool(
+        settings.database_url, pool_size(settings), lock_timeout_ms=settings.lock_timeout_ms
+    )
     # The workers share one store: one LISTEN connection wakes them when a job is queued.
     queue = PostgresStore(pool, dsn=settings.database_url)
     try:

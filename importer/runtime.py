@@ -85,7 +85,9 @@ async def run_import(
 ) -> ImportOutcome:
     """Import one local file in this process; write the error report when asked."""
     source = LocalFileSource(path)
-    pool = await connect_pool(settings.database_url, request.concurrency + 1)
+    pool = await connect_pool(
+        settings.database_url, request.concurrency + 1, lock_timeout_ms=settings.lock_timeout_ms
+    )
     try:
         store = PostgresStore(pool)
         async with stop_on_signals() as stop:
@@ -116,7 +118,7 @@ async def run_workers(settings: Settings, count: int) -> None:
 
     # One connection per partition of each worker's import, one for leases, one for the relay.
     size = count * (settings.concurrency + 1) + 2 + fanout_connections(settings)
-    pool = await connect_pool(settings.database_url, size)
+    pool = await connect_pool(settings.database_url, size, lock_timeout_ms=settings.lock_timeout_ms)
     store = PostgresStore(pool, dsn=settings.database_url)
     objects = object_store(settings)
     metrics = PipelineMetrics()

@@ -23,6 +23,8 @@ DEFAULT_STORAGE_DIR = "./var/objects"
 DEFAULT_BUCKET = "importer"
 # A worker's lease on a job: renewed every third of it; a dead worker's job is reclaimed after it.
 DEFAULT_LEASE_SECONDS = 30.0
+# A statement waiting longer than this for a lock fails (the batch is retried, then discarded).
+DEFAULT_LOCK_TIMEOUT_MS = 30_000
 # Imports one client may run at once across all workers: one tenant cannot take every worker.
 DEFAULT_MAX_IMPORTS_PER_CLIENT = 2
 # An idle worker looks at the queue this often even without a notification.
@@ -74,6 +76,8 @@ class Settings:
     jwt_public_key: str | None = None
     # Workers (`importer worker`, `importer serve`).
     lease_seconds: float = DEFAULT_LEASE_SECONDS
+    # How long a statement waits for a lock (then the batch is retried, then discarded).
+    lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
     max_imports_per_client: int = DEFAULT_MAX_IMPORTS_PER_CLIENT
     worker_poll_seconds: float = DEFAULT_WORKER_POLL_SECONDS
     # HTTP API (`importer serve`).
@@ -124,6 +128,7 @@ class Settings:
             jwt_secret=environ.get("JWT_SECRET") or None,
             jwt_public_key=environ.get("JWT_PUBLIC_KEY") or None,
             lease_seconds=_seconds(environ, "IMPORTER_LEASE_SECONDS", DEFAULT_LEASE_SECONDS),
+            lock_timeout_ms=_int(environ, "IMPORTER_LOCK_TIMEOUT_MS", DEFAULT_LOCK_TIMEOUT_MS),
             max_imports_per_client=_int(
                 environ, "IMPORTER_MAX_IMPORTS_PER_CLIENT", DEFAULT_MAX_IMPORTS_PER_CLIENT
             ),

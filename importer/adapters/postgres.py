@@ -144,6 +144,7 @@ def translated_errors() -> Iterator[None]:
 # - enable_seqscan off: every batch query is a key lookup through an index. During a large import
 #   the statistics lag the table by orders of magnitude, and a plan made for a "tiny" table would
 #   scan it per batch.
+DEFAULT_LOCK_TIMEOUT_MS = 30_000
 SESSION_SETTINGS = {
     "application_name": "importer",
     "synchronous_commit": "off",
@@ -151,15 +152,21 @@ SESSION_SETTINGS = {
 }
 
 
-async def connect_pool(dsn: str, size: int) -> asyncpg.Pool:
-    """A pool of connections set up for batch transactions (see ``SESSION_SETTINGS``)."""
+async def connect_pool(
+    dsn: str, size: int, *, lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
+) -> asyncpg.Pool:
+    """A pool of connections set up for batch transactions (see ``SESSION_SETTINGS``).
+
+    ``lock_timeout_ms``: how long a statement waits for a lock before it fails (transient: the
+    batch is retried, then discarded) — a lock held elsewhere never stalls an import forever.
+    """
     with translated_errors():
         pool = await asyncpg.create_pool(
             dsn,
             min_size=1,
             max_size=size,
             reset=_keep_session,
-            server_settings=SESSION_SETTINGS,
+            server_settings={**SESSION_SETTINGS, "lock_timeout": f"{lock_timeout_ms}ms"},
         )
     assert pool is not None
     return pool

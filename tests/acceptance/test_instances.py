@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.rabbitmq]
 
 
 async def _worker(
-    env: Env, log_path: Path, prefix: str, *, failpoints: str = ""
+    env: Env, log_path: Path, prefix: str, *, failpoints: str = "", retry_delay_ms: str = "1000"
 ) -> asyncio.subprocess.Process:
     environ = {
         **os.environ,
@@ -49,7 +49,7 @@ async def _worker(
         "IMPORTER_FAILPOINTS": failpoints,
         "RABBITMQ_URL": RABBITMQ_URL,
         "IMPORTER_QUEUE_PREFIX": prefix,
-        "IMPORTER_RETRY_DELAY_MS": "1000",
+        "IMPORTER_RETRY_DELAY_MS": retry_delay_ms,
     }
     environ.pop("S3_ENDPOINT_URL", None)
     with log_path.open("wb") as log:  # the child keeps its own descriptor
@@ -231,4 +231,39 @@ async def test_an_import_survives_a_broker_restart_and_dropped_connections(
                 worker.send_signal(signal.SIGTERM)
             codes = [await asyncio.wait_for(w.wait(), 60) for w in workers]
     assert codes == [0, 0], [_log_tail(log) for log in logs]
+    await _assert_invariants(db_dsn, job_id, contacts)
+
+
+async def test_a_chunk_waiting_in_the_retry_queue_survives_a_broker_restart(
+    db_dsn: str, tmp_path: Path, contacts: Contacts, prefix: str
+) -> None:
+    """Catalog T34: a batch fails once and waits in the retry queue (TTL 4 s); the broker is
+    restarted meanwhile; the message is still there afterwards (durable quorum queue, persistent
+    message) and is applied on its retry: nothing lost, nothing counted as error."""
+    log = tmp_path / "worker.log"
+    async with job_env(db_dsn, tmp_path) as env:
+        worker = await _worker(
+            env, log, prefix, failpoints="chunk:3=error@1", retry_delay_ms="4000"
+        )
+        try:
+            await eventually(lambda: _logged(log, "chunk_consumer_started"))
+            job_id = await _queued_job(env, contacts)
+            await eventually(lambda: _logged(log, "chunk_retry"))
+            try:
+                await _rabbitmqctl("stop_app")
+                await asyncio.sleep(0.5)
+            finally:
+                await _rabbitmqctl("start_app")
+                await eventually(_broker_up, timeout_s=60)
+
+            async def finished() -> bool | None:
+                return True if await _is_terminal(env, job_id) else None
+
+            await eventually(finished, timeout_s=120)
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(worker.wait(), 60)
+        job = await env.store.view_job(CLIENT, job_id)
+    assert code == 0, _log_tail(log)
+    assert job.counters.error == 0
     await _assert_invariants(db_dsn, job_id, contacts)
