@@ -267,3 +267,43 @@ async def test_a_chunk_waiting_in_the_retry_queue_survives_a_broker_restart(
     assert code == 0, _log_tail(log)
     assert job.counters.error == 0
     await _assert_invariants(db_dsn, job_id, contacts)
+
+
+async def test_a_memory_alarm_stalls_publishing_and_nothing_is_lost(
+    db_dsn: str, tmp_path: Path, contacts: Contacts, prefix: str
+) -> None:
+    """Catalog T06: the broker raises its memory alarm mid-import (it blocks every publishing
+    connection) for 8 s, then clears it: the coordinator stalls (flow control) instead of
+    dropping or skipping chunks, and the import ends as an undisturbed one (I1-I4, I6)."""
+    logs = [tmp_path / f"worker{i}.log" for i in range(2)]
+    async with job_env(db_dsn, tmp_path) as env:
+        workers = [
+            await _worker(env, log, prefix, failpoints="after_commit=sleep:200") for log in logs
+        ]
+        try:
+            for log in logs:
+                await eventually(lambda log=log: _logged(log, "chunk_consumer_started"))
+            job_id = await _queued_job(env, contacts)
+
+            async def progressed() -> bool | None:
+                return True if await ledger_chunks(db_dsn, job_id) >= 4 else None
+
+            await eventually(progressed)
+            assert not await _is_terminal(env, job_id)
+            try:
+                await _rabbitmqctl("set_vm_memory_high_watermark", "0.0001")
+                await asyncio.sleep(8)  # ~2 s of work was left: only a stall keeps it unfinished
+                assert not await _is_terminal(env, job_id)
+            finally:
+                await _rabbitmqctl("set_vm_memory_high_watermark", "0.4")
+
+            async def finished() -> bool | None:
+                return True if await _is_terminal(env, job_id) else None
+
+            await eventually(finished, timeout_s=120)
+        finally:
+            for worker in workers:
+                worker.send_signal(signal.SIGTERM)
+            codes = [await asyncio.wait_for(w.wait(), 60) for w in workers]
+    assert codes == [0, 0], [_log_tail(log) for log in logs]
+    await _assert_invariants(db_dsn, job_id, contacts)
