@@ -10,13 +10,15 @@ import itertools
 import os
 import signal
 import sys
+import uuid
 from pathlib import Path
 
 import aio_pika
 import pytest
 
+from importer import codec
 from importer.adapters.rabbit import Topology
-from importer.models import JobStatus
+from importer.models import Batch, ContactRow, JobStatus
 from tests.acceptance.conftest import RABBITMQ_URL, Contacts
 from tests.acceptance.test_crash_resume import (
     CHUNK_SIZE,
@@ -307,3 +309,46 @@ async def test_a_memory_alarm_stalls_publishing_and_nothing_is_lost(
             codes = [await asyncio.wait_for(w.wait(), 60) for w in workers]
     assert codes == [0, 0], [_log_tail(log) for log in logs]
     await _assert_invariants(db_dsn, job_id, contacts)
+
+
+async def test_garbage_on_the_chunk_queue_goes_to_the_dead_letter_queue_at_once(
+    db_dsn: str, tmp_path: Path, prefix: str
+) -> None:
+    """Catalog T26: garbage bytes, valid JSON missing fields, an unknown message version and a
+    batch of an unknown import, published straight to the main queue: each is dead-lettered on its
+    first delivery (never retried), the worker keeps running, no row is written."""
+    log = tmp_path / "worker.log"
+    topology = Topology.named(prefix)
+    stray = codec.encode(
+        uuid.uuid4(), "nobody", Batch(0, 0, 2, 10, (ContactRow(2, "52998224725", "X", None),))
+    )
+    bodies = [
+        b"\x00\xffgarbage",
+        b'{"v": 1, "job": "x"}',
+        b'{"v": 99}',
+        stray,
+    ]
+    async with job_env(db_dsn, tmp_path) as env:
+        worker = await _worker(env, log, prefix)
+        try:
+            await eventually(lambda: _logged(log, "chunk_consumer_started"))
+            connection = await aio_pika.connect(RABBITMQ_URL)
+            async with connection:
+                channel = await connection.channel()
+                for i, body in enumerate(bodies):
+                    await channel.default_exchange.publish(
+                        aio_pika.Message(body, message_id=f"junk-{i}"), routing_key=topology.main
+                    )
+
+            async def all_dead() -> bool | None:
+                return True if await _dead_letters(prefix) == len(bodies) else None
+
+            await eventually(all_dead, timeout_s=30)
+            assert worker.returncode is None  # still running
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(worker.wait(), 60)
+    assert code == 0, _log_tail(log)
+    events = _events(log)
+    assert not [e for e in events if e["event"] == "chunk_retry"]  # never retried
+    assert not await fetch(db_dsn, "SELECT 1 FROM contact")
