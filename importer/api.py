@@ -206,10 +206,10 @@ def begin_drain(app: FastAPI) -> None:
 
 
 def pool_size(settings: Settings) -> int:
-    """Each worker runs one import at a time: one connection per partition plus one; and one
-    for the outbox relay when a broker is configured."""
+    """Each worker runs one import at a time: one connection per partition, one for its
+    client's turn, plus one; and one for the outbox relay when a broker is configured."""
     relay = 0 if settings.rabbitmq_url is None else 1
-    workers = settings.workers_per_process * (settings.concurrency + 1)
+    workers = settings.workers_per_process * (settings.concurrency + 2)
     return workers + API_CONNECTIONS + relay + runtime.fanout_connections(settings)
 
 

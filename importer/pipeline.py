@@ -448,8 +448,15 @@ class ImportRun:
         A job a worker leased (``job.lease_owner``) is fenced: every status change and batch
         commits only while that worker holds the lease, else LeaseLostError stops the run. A
         resumed job (another worker's run stopped in it) re-enters its status and skips the
-        batches its ledger marks done.
+        batches its ledger marks done. Imports of one client run one at a time (their turn),
+        so concurrent imports of a client end as some serial order of them.
         """
+        async with self._store.client_turn(self.job.client_id, self.stop) as turn:
+            if not turn:  # stopped while another import of the client applied its rows
+                return None
+            return await self._run()
+
+    async def _run(self) -> Finalized | None:
         store = self._store
         owner = self.job.lease_owner
         await store.transition(self.job.id, lifecycle.entry_status(self.job.status), owner=owner)

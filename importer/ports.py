@@ -212,6 +212,13 @@ class Store(Protocol):
         (``reason`` row_rejected): its valid rows count as ``error``, each with ``reason``."""
         ...
 
+    def client_turn(
+        self, client_id: int, stop: asyncio.Event
+    ) -> contextlib.AbstractAsyncContextManager[bool]:
+        """The client's import turn for a run: imports of one client apply one at a time.
+        Yields False if ``stop`` is set before the turn comes."""
+        ...
+
     async def open_lanes(self, job_id: uuid.UUID, partitions: int) -> None:
         """Create the job's lanes (multi-instance imports), each at its first missing chunk."""
         ...

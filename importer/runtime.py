@@ -86,7 +86,7 @@ async def run_import(
     """Import one local file in this process; write the error report when asked."""
     source = LocalFileSource(path)
     pool = await connect_pool(
-        settings.database_url, request.concurrency + 1, lock_timeout_ms=settings.lock_timeout_ms
+        settings.database_url, request.concurrency + 2, lock_timeout_ms=settings.lock_timeout_ms
     )
     try:
         store = PostgresStore(pool)
@@ -116,8 +116,9 @@ async def run_workers(settings: Settings, count: int) -> None:
     # Imported here: prometheus_client adds ~0.04 s to every start of the command line.
     from importer.metrics import PipelineMetrics
 
-    # One connection per partition of each worker's import, one for leases, one for the relay.
-    size = count * (settings.concurrency + 1) + 2 + fanout_connections(settings)
+    # Per worker: one connection per partition, one for its client's turn, one for leases;
+    # then one for the relay and one for the store's LISTEN.
+    size = count * (settings.concurrency + 2) + 2 + fanout_connections(settings)
     pool = await connect_pool(settings.database_url, size, lock_timeout_ms=settings.lock_timeout_ms)
     store = PostgresStore(pool, dsn=settings.database_url)
     objects = object_store(settings)

@@ -7,6 +7,8 @@ compare the PostgreSQL result with it; the benchmark uses it to compute the fina
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -105,7 +107,8 @@ class InMemoryStore:
         # Whole batches' reader positions: (chunk_no, partition) → (end_offset, end_line).
         self.positions: dict[uuid.UUID, dict[tuple[int, int], tuple[int, int]]] = {}
         self.lanes: dict[tuple[uuid.UUID, int], int] = {}  # (job, partition) → next chunk
-        self.lane_splits: dict[tuple[uuid.UUID, int], int] = {}  # → chunk going in by pieces
+        self.lane_splits: dict[tuple[uuid.UUID, int], int] = {}
+        self.turns: dict[int, asyncio.Lock] = {}  # → chunk going in by pieces
         self.issues: dict[uuid.UUID, list[RowIssue]] = {}
         self.custom_fields: dict[tuple[int, str], str] = {}
         self.created_fields: dict[uuid.UUID, int] = {}
@@ -177,6 +180,23 @@ class InMemoryStore:
         if position > batch.chunk_no:
             return False
         raise LaneNotReadyError(f"lane {batch.partition} is at chunk {position}", position)
+
+    @contextlib.asynccontextmanager
+    async def client_turn(self, client_id: int, stop: asyncio.Event) -> AsyncIterator[bool]:
+        """PostgresStore.client_turn, in memory (one event loop)."""
+        lock = self.turns.setdefault(client_id, asyncio.Lock())
+        waiter = asyncio.ensure_future(lock.acquire())
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({waiter, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not waiter.done() or waiter.cancelled():
+            waiter.cancel()
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lock.release()
 
     async def open_lanes(self, job_id: uuid.UUID, partitions: int) -> None:
         for partition in range(partitions):

@@ -49,7 +49,7 @@ async def import_file(
         concurrency=concurrency,
         layout=layout,
     )
-    pool = await connect_pool(dsn, concurrency + 1)
+    pool = await connect_pool(dsn, concurrency + 2)  # + the client's turn, + one
     try:
         outcome = await import_source(PostgresStore(pool), LocalFileSource(path), request, settings)
     finally:

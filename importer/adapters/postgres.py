@@ -70,6 +70,7 @@ _TRANSIENT = (
     TimeoutError,
 )
 
+_TURN_POLL_S = 0.2  # how often an import waiting for its client's turn looks again
 _ID_BLOCK = 4096  # contact ids reserved per sequence round trip
 _ACQUIRE_TIMEOUT_S = 60.0  # a pool that cannot reconnect fails the batch instead of hanging
 _MIGRATION_LOCK = 0x1A4F0001  # advisory lock id serializing concurrent `db migrate` runs
@@ -386,6 +387,24 @@ class PostgresStore:
                 )
             # The lane reached the chunk after the update looked at it: try again.
         return True
+
+    @contextlib.asynccontextmanager
+    async def client_turn(self, client_id: int, stop: asyncio.Event) -> AsyncIterator[bool]:
+        """Hold the client's import turn while the body runs (True), or give up once ``stop``
+        is set while waiting for it (False). The turn is a session advisory lock on a
+        connection kept for the run: a dead process's turn ends with its connection."""
+        with translated_errors():
+            async with pooled(self._pool) as conn:
+                while not await conn.fetchval(self._q["try_client_turn"], client_id):
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), _TURN_POLL_S)
+                    if stop.is_set():
+                        yield False
+                        return
+                try:
+                    yield True
+                finally:
+                    await conn.execute(self._q["release_client_turn"], client_id)
 
     async def open_lanes(self, job_id: uuid.UUID, partitions: int) -> None:
         with translated_errors():

@@ -286,6 +286,14 @@ SELECT min(next_chunk) FROM import_lane WHERE job_id = $1;
 -- then find the job final and are refused.
 SELECT status FROM import_job WHERE id = $1 FOR UPDATE;
 
+-- name: try_client_turn
+-- Imports of one client apply one at a time (SPEC: concurrent imports of a client end as some
+-- serial order of them): a session advisory lock per client, in its own key space ($1).
+SELECT pg_try_advisory_lock(1243542, $1);
+
+-- name: release_client_turn
+SELECT pg_advisory_unlock(1243542, $1);
+
 -- name: checkpoint
 -- Where a resumed run starts reading: the last chunk of the prefix 0..c that every one of the
 -- $2 partitions committed whole (part 1, done or discarded), with the reader's position after
