@@ -352,3 +352,38 @@ async def test_garbage_on_the_chunk_queue_goes_to_the_dead_letter_queue_at_once(
     events = _events(log)
     assert not [e for e in events if e["event"] == "chunk_retry"]  # never retried
     assert not await fetch(db_dsn, "SELECT 1 FROM contact")
+
+
+@pytest.mark.slow  # the broker looks at delivery timeouts about once a minute
+async def test_a_chunk_outliving_the_consumer_timeout_is_counted_once(
+    db_dsn: str, tmp_path: Path, contacts: Contacts, prefix: str
+) -> None:
+    """Catalog T31: the broker's delivery-ack timeout set to 5 s, one chunk taking 75 s: the
+    broker closes the channel and redelivers; the consumer's channel comes back (robust), the
+    redelivered copy finds its lane passed (a no-op), no redelivery storm, the chunk counted
+    once, the result the undisturbed one."""
+    log = tmp_path / "worker.log"
+    await _rabbitmqctl("eval", "application:set_env(rabbit, consumer_timeout, 5000).")
+    try:
+        async with job_env(db_dsn, tmp_path) as env:
+            worker = await _worker(env, log, prefix, failpoints="chunk:3=sleep:75000@1")
+            try:
+                await eventually(lambda: _logged(log, "chunk_consumer_started"))
+                job_id = await _queued_job(env, contacts)
+
+                async def finished() -> bool | None:
+                    return True if await _is_terminal(env, job_id) else None
+
+                await eventually(finished, timeout_s=180)
+            finally:
+                worker.send_signal(signal.SIGTERM)
+                code = await asyncio.wait_for(worker.wait(), 60)
+    finally:
+        await _rabbitmqctl("eval", "application:set_env(rabbit, consumer_timeout, 1800000).")
+    assert code == 0, _log_tail(log)
+    events = _events(log)
+    repeated = [e for e in events if e["event"] == "chunk_applied" and e.get("repeated")]
+    unfinished = [e for e in events if e["event"] == "chunk_delivery_unfinished"]
+    assert unfinished or repeated  # the broker did time the delivery out
+    assert len(repeated) <= 2 * PARTITIONS  # redelivered copies: no-ops, and no storm
+    await _assert_invariants(db_dsn, job_id, contacts)
