@@ -32,6 +32,7 @@ def _reference(paths: list[Path], strategy: ConflictStrategy) -> ReferenceModel:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("strategy", [ConflictStrategy.MERGE, ConflictStrategy.DISCARD])
 async def test_a_million_rows_match_the_oracle_and_the_reference_model(
     db_dsn: str, tmp_path: Path, strategy: ConflictStrategy
@@ -70,7 +71,11 @@ def _overlapping_files(tmp_path: Path, rows: int) -> tuple[Path, Path, Generatio
 
 
 @pytest.mark.parametrize(
-    "rows", [pytest.param(20_000), pytest.param(1_000_000, marks=pytest.mark.slow)]
+    "rows",
+    [
+        pytest.param(20_000),
+        pytest.param(1_000_000, marks=[pytest.mark.slow, pytest.mark.timeout(1800)]),
+    ],
 )
 async def test_two_imports_of_one_client_with_overlapping_keys_serialize_per_key(
     db_dsn: str, tmp_path: Path, rows: int
