@@ -27,7 +27,7 @@ import asyncpg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.generate import generate
-from benchmarks.run import fresh_database, postgres_cpu_seconds
+from benchmarks.run import cpu_seconds, fresh_database, postgres_cpu_seconds
 from importer.adapters.localstore import LocalObjectStore
 from importer.adapters.postgres import PostgresStore, connect_pool
 from importer.adapters.rabbit import Topology
@@ -39,24 +39,6 @@ RABBITMQ_URL = os.environ.get("BENCH_RABBITMQ_URL", "amqp://guest:guest@127.0.0.
 CLIENT = 1
 CHUNK_SIZE = 5000
 PARTITIONS = 4
-
-
-def process_cpu_seconds(names: tuple[str, ...], pids: set[int] | None = None) -> float:
-    """CPU seconds of the processes whose command name starts with one of ``names`` (or pids)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        if (pids is not None and int(entry.name) in pids) or name.startswith(names):
-            fields = stat[stat.rindex(")") + 2 :].split()
-            total += sum(int(f) for f in fields[11:13])
-    return total / ticks
 
 
 @dataclass
@@ -130,8 +112,8 @@ async def run_setting(path: Path, rows: int, instances: int, broker: bool) -> Re
     conn = await asyncpg.connect(dsn)
     try:
         db0 = postgres_cpu_seconds()
-        py0 = process_cpu_seconds((), pids)
-        mq0 = process_cpu_seconds(("beam.smp",))
+        py0 = cpu_seconds(pids=pids)
+        mq0 = cpu_seconds(("beam.smp",))
         started = time.perf_counter()
         await start(dsn, job_id)
         while True:
@@ -146,8 +128,8 @@ async def run_setting(path: Path, rows: int, instances: int, broker: bool) -> Re
             seconds,
             rows,
             postgres_cpu_seconds() - db0,
-            process_cpu_seconds((), pids) - py0,
-            process_cpu_seconds(("beam.smp",)) - mq0 if broker else 0.0,
+            cpu_seconds(pids=pids) - py0,
+            cpu_seconds(("beam.smp",)) - mq0 if broker else 0.0,
         )
         assert status != "failed", await conn.fetchval(
             "SELECT fail_reason FROM import_job WHERE id = $1", job_id

@@ -85,8 +85,9 @@ def valid_rows(path: Path) -> Iterator[ContactRow]:
                 return
 
 
-def postgres_cpu_seconds() -> float:
-    """CPU seconds used so far by every PostgreSQL server process (backends included)."""
+def cpu_seconds(names: tuple[str, ...] = (), pids: set[int] | None = None) -> float:
+    """CPU seconds used so far by the processes whose command name starts with one of
+    ``names``, or whose pid is in ``pids`` (their reaped children included)."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0
     for entry in Path("/proc").iterdir():
@@ -97,10 +98,15 @@ def postgres_cpu_seconds() -> float:
         except OSError:
             continue
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        if name.startswith("postgres"):
+        if (pids is not None and int(entry.name) in pids) or (names and name.startswith(names)):
             fields = stat[stat.rindex(")") + 2 :].split()
             total += sum(int(f) for f in fields[11:15])  # utime, stime, reaped children
     return total / ticks
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU seconds used so far by every PostgreSQL server process (backends included)."""
+    return cpu_seconds(("postgres",))
 
 
 @dataclass

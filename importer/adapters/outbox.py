@@ -37,9 +37,11 @@ class PostgresOutbox:
         """``dsn``: where :meth:`wait_for_messages` LISTENs (its own connection); without it,
         the waits are plain polls."""
         self._pool = pool
-        self._dsn = dsn
-        self._listener: asyncpg.Connection | None = None
-        self._written = asyncio.Event()
+        self._listener = (
+            postgres.Listener(dsn, OUTBOX_CHANNEL, server_settings=_SESSION)
+            if dsn is not None
+            else None
+        )
         self._q = queries()
 
     async def publish_pending(
@@ -69,39 +71,14 @@ class PostgresOutbox:
     async def wait_for_messages(self, timeout_s: float) -> None:
         """Return when a notification came since the last call (or meanwhile), or after the
         timeout. A dropped LISTEN connection wakes the waiter; the next call reconnects."""
-        if self._dsn is not None:
-            await self._listen()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._written.wait(), timeout_s)
-        self._written.clear()
+        if self._listener is None:
+            await asyncio.sleep(timeout_s)
+        else:
+            await self._listener.wait(timeout_s)
 
     async def close(self) -> None:
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            with translated_errors():
-                await listener.close()
-
-    async def _listen(self) -> None:
-        if self._listener is not None and not self._listener.is_closed():
-            return
-        assert self._dsn is not None
-        with translated_errors():
-            conn = await asyncpg.connect(self._dsn, server_settings=_SESSION)
-            try:
-                await conn.add_listener(OUTBOX_CHANNEL, self._on_written)
-            except BaseException:
-                await conn.close()
-                raise
-        conn.add_termination_listener(self._on_listener_lost)
-        self._listener = conn
-
-    def _on_written(self, *_notification: object) -> None:
-        self._written.set()
-
-    def _on_listener_lost(self, conn: object) -> None:
-        if conn is self._listener:
-            self._listener = None
-        self._written.set()
+        if self._listener is not None:
+            await self._listener.close()
 
 
 def _message(row: asyncpg.Record) -> OutboxMessage:

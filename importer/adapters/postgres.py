@@ -203,6 +203,62 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+async def _wait(event: asyncio.Event, timeout_s: float) -> None:
+    """Wait for ``event`` up to ``timeout_s``, then clear it."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout_s)
+    event.clear()
+
+
+class Listener:
+    """A connection of its own that LISTENs on one channel, opened on the first wait and kept.
+
+    :meth:`wait` returns when a notification came since the last call (or meanwhile), or after
+    the timeout. If the connection drops, the waiter wakes (a notification may have been lost)
+    and the next wait reconnects.
+    """
+
+    def __init__(
+        self, dsn: str, channel: str, *, server_settings: dict[str, str] | None = None
+    ) -> None:
+        self._dsn = dsn
+        self._channel = channel
+        self._server_settings = server_settings
+        self._conn: asyncpg.Connection | None = None
+        self._notified = asyncio.Event()
+
+    async def wait(self, timeout_s: float) -> None:
+        await self._connect()
+        await _wait(self._notified, timeout_s)
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with translated_errors():
+                await conn.close()
+
+    async def _connect(self) -> None:
+        if self._conn is not None and not self._conn.is_closed():
+            return
+        with translated_errors():
+            conn = await asyncpg.connect(self._dsn, server_settings=self._server_settings)
+            try:
+                await conn.add_listener(self._channel, self._on_notified)
+            except BaseException:
+                await conn.close()
+                raise
+        conn.add_termination_listener(self._on_lost)
+        self._conn = conn
+
+    def _on_notified(self, *_notification: object) -> None:
+        self._notified.set()
+
+    def _on_lost(self, conn: object) -> None:
+        if conn is self._conn:
+            self._conn = None
+        self._notified.set()
+
+
 class PostgresStore:
     """The :class:`importer.ports.Store` on PostgreSQL: the pipeline's batches, the workers'
     queue (:class:`importer.ports.JobQueue`) and the API's jobs."""
@@ -210,9 +266,7 @@ class PostgresStore:
     def __init__(self, pool: asyncpg.Pool, *, dsn: str | None = None) -> None:
         """``dsn``: where :meth:`wait_for_jobs` opens its own LISTEN connection (workers only)."""
         self._pool = pool
-        self._dsn = dsn
-        self._listener: asyncpg.Connection | None = None
-        self._jobs_queued = asyncio.Event()
+        self._listener = Listener(dsn, JOBS_CHANNEL) if dsn is not None else None
         self._q = queries()
         self._field_ids: dict[tuple[int, str], int] = {}  # (client, lower(name)) → id
         self._id_pool: list[int] = []
@@ -814,54 +868,29 @@ class PostgresStore:
         connection for its own duration (a job queued between two calls waits for the next
         poll).
         """
-        if self._dsn is None:
+        if self._listener is None:
             await self._wait_on_pool(timeout_s)
         else:
-            await self._listen()
-            await self._wait_for_queued(timeout_s)
-
-    async def _wait_for_queued(self, timeout_s: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._jobs_queued.wait(), timeout_s)
-        self._jobs_queued.clear()
+            await self._listener.wait(timeout_s)
 
     async def _wait_on_pool(self, timeout_s: float) -> None:
+        queued = asyncio.Event()
+
+        def on_queued(*_notification: object) -> None:
+            queued.set()
+
         with translated_errors():
             async with pooled(self._pool) as conn:
-                await conn.add_listener(JOBS_CHANNEL, self._on_job_queued)
+                await conn.add_listener(JOBS_CHANNEL, on_queued)
                 try:
-                    await self._wait_for_queued(timeout_s)
+                    await _wait(queued, timeout_s)
                 finally:  # the pool's reset does not UNLISTEN (see _keep_session)
-                    await conn.remove_listener(JOBS_CHANNEL, self._on_job_queued)
+                    await conn.remove_listener(JOBS_CHANNEL, on_queued)
 
     async def close(self) -> None:
         """Close the LISTEN connection, if any (the pool belongs to the caller)."""
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            with translated_errors():
-                await listener.close()
-
-    async def _listen(self) -> None:
-        if self._listener is not None and not self._listener.is_closed():
-            return
-        assert self._dsn is not None
-        with translated_errors():
-            conn = await asyncpg.connect(self._dsn)
-            try:
-                await conn.add_listener(JOBS_CHANNEL, self._on_job_queued)
-            except BaseException:
-                await conn.close()
-                raise
-        conn.add_termination_listener(self._on_listener_lost)
-        self._listener = conn
-
-    def _on_job_queued(self, *_notification: object) -> None:
-        self._jobs_queued.set()
-
-    def _on_listener_lost(self, conn: object) -> None:
-        if conn is self._listener:
-            self._listener = None
-        self._jobs_queued.set()
+        if self._listener is not None:
+            await self._listener.close()
 
     # --- reports ------------------------------------------------------------------------------
 
