@@ -10,10 +10,10 @@ from pathlib import Path
 import aio_pika
 import pytest
 
-from benchmarks.generate import generate
+from benchmarks.generate import GenerationStats, generate
 from importer.adapters.rabbit import Topology
 
-ROWS = 5000
+ROWS = 100_000  # the catalog's size for its fault tests (T02-T17, T26, T30-T34: 100k-200k)
 SEED = 20_261_129
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
 
@@ -22,14 +22,15 @@ RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
 class Contacts:
     path: Path
     rows: int
+    stats: GenerationStats  # what the generator knows about the file (the oracle's counters)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def contacts(tmp_path_factory: pytest.TempPathFactory) -> Contacts:
-    """A generated contacts file (seeded: the same every run)."""
+    """A generated contacts file of ROWS rows (seeded: the same every run), one per session."""
     path = tmp_path_factory.mktemp("contacts") / "contacts.csv"
     stats = generate(ROWS, SEED, path, write_meta=False)
-    return Contacts(path, stats.rows)
+    return Contacts(path, stats.rows, stats)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import asyncpg
 import pytest
 
 from benchmarks.generate import generate
+from tests.acceptance.conftest import Contacts
 from tests.acceptance.invariants import Imported, assert_invariants, other_clients_digest
 from tests.conftest import _free_loopback_port
 from tests.jobs_support import Env, eventually, job_env, ledger_chunks, upload_job
@@ -41,9 +42,10 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> Imported:
 
 
 @pytest.fixture(scope="module")
-def smaller(tmp_path_factory: pytest.TempPathFactory) -> Imported:
-    path = tmp_path_factory.mktemp("faults") / "contacts-100k.csv"
-    return Imported(path, generate(SMALL_ROWS, SEED, path, write_meta=False))
+def smaller(contacts: Contacts) -> Imported:
+    """The session's 100k-row file (one undisturbed reference for every fault test of it)."""
+    assert contacts.rows == SMALL_ROWS
+    return Imported(contacts.path, contacts.stats)
 
 
 def _batches(imported: Imported) -> int:

@@ -23,6 +23,7 @@ from tests.acceptance.conftest import RABBITMQ_URL, Contacts
 from tests.acceptance.test_crash_resume import (
     CHUNK_SIZE,
     CLIENT,
+    DEADLINE_S,
     PARTITIONS,
     _assert_invariants,
     _events,
@@ -79,7 +80,7 @@ async def test_worker_processes_share_one_import_and_give_the_one_instance_resul
             async def finished() -> bool | None:
                 return True if await _is_terminal(env, job_id) else None
 
-            await eventually(finished, timeout_s=120)
+            await eventually(finished, timeout_s=DEADLINE_S)
         finally:
             for worker in workers:
                 worker.send_signal(signal.SIGTERM)
@@ -121,7 +122,7 @@ async def test_a_poison_chunk_gets_three_retries_a_ttl_apart_then_the_dead_lette
             async def finished() -> bool | None:
                 return True if await _is_terminal(env, job_id) else None
 
-            await eventually(finished, timeout_s=120)
+            await eventually(finished, timeout_s=DEADLINE_S)
         finally:
             for worker in workers:
                 worker.send_signal(signal.SIGTERM)
@@ -227,13 +228,76 @@ async def test_an_import_survives_a_broker_restart_and_dropped_connections(
             async def finished() -> bool | None:
                 return True if await _is_terminal(env, job_id) else None
 
-            await eventually(finished, timeout_s=180)
+            await eventually(finished, timeout_s=DEADLINE_S)
         finally:
             for worker in workers:
                 worker.send_signal(signal.SIGTERM)
             codes = [await asyncio.wait_for(w.wait(), 60) for w in workers]
     assert codes == [0, 0], [_log_tail(log) for log in logs]
     await _assert_invariants(db_dsn, job_id, contacts)
+
+
+READ_AT_KILL = 0.3  # the share of the file read when the coordinator is killed (T04)
+
+
+async def test_the_coordinator_killed_at_30_percent_read_is_resumed_from_its_checkpoint(
+    db_dsn: str, tmp_path: Path, contacts: Contacts, prefix: str
+) -> None:
+    """Catalog T04: the process reading and publishing the file (the lease holder) gets
+    `kill -9` once 30% of the file is read; the other worker keeps applying what was published,
+    claims the job when the lease expires and resumes reading from the last checkpoint (not from
+    the start); chunks published twice are applied once (lanes); the killed process is restarted
+    and joins. The result is the undisturbed one (I1-I6)."""
+    logs = [tmp_path / f"worker{i}.log" for i in range(2)]
+    size = contacts.path.stat().st_size
+    async with job_env(db_dsn, tmp_path) as env:
+        workers = [
+            await _worker(env, log, prefix, failpoints="after_commit=sleep:100") for log in logs
+        ]
+        try:
+            for log in logs:
+                await eventually(lambda log=log: _logged(log, "chunk_consumer_started"))
+            job_id = await _queued_job(env, contacts)
+
+            async def coordinator() -> int | None:
+                claimed = [await _logged(log, "job_claimed") for log in logs]
+                return claimed.index(True) if True in claimed else None
+
+            killed = await eventually(coordinator)
+
+            async def read_enough() -> int | None:
+                rows = await fetch(
+                    db_dsn,
+                    "SELECT max(end_offset) AS o FROM import_chunk WHERE job_id = $1",
+                    job_id,
+                )
+                offset = rows[0]["o"]
+                return offset if offset is not None and offset >= READ_AT_KILL * size else None
+
+            read_at_kill = await eventually(read_enough)
+            workers[killed].send_signal(signal.SIGKILL)
+            assert await asyncio.wait_for(workers[killed].wait(), WAIT_S) == -signal.SIGKILL
+            assert not await _is_terminal(env, job_id)
+            restarted = tmp_path / "restarted.log"
+            workers[killed] = await _worker(env, restarted, prefix)
+
+            async def finished() -> bool | None:
+                return True if await _is_terminal(env, job_id) else None
+
+            await eventually(finished, timeout_s=DEADLINE_S)
+        finally:
+            for worker in workers:
+                worker.send_signal(signal.SIGTERM)
+            codes = [await asyncio.wait_for(w.wait(), 60) for w in workers]
+    assert codes == [0, 0], [_log_tail(log) for log in logs]
+    await _assert_invariants(db_dsn, job_id, contacts)
+    survivors = [logs[1 - killed], restarted]
+    resumed = [e for log in survivors for e in _events(log) if e["event"] == "import_resumed"]
+    assert len(resumed) == 1, resumed  # one new coordinator, from the checkpoint
+    # Not from the start (the other worker may have applied more published chunks before it
+    # took the lease over, so the checkpoint can lie past the offset seen at the kill).
+    assert 0 < int(str(resumed[0]["offset"])) < size
+    assert read_at_kill < size
 
 
 async def test_a_chunk_waiting_in_the_retry_queue_survives_a_broker_restart(
@@ -261,7 +325,7 @@ async def test_a_chunk_waiting_in_the_retry_queue_survives_a_broker_restart(
             async def finished() -> bool | None:
                 return True if await _is_terminal(env, job_id) else None
 
-            await eventually(finished, timeout_s=120)
+            await eventually(finished, timeout_s=DEADLINE_S)
         finally:
             worker.send_signal(signal.SIGTERM)
             code = await asyncio.wait_for(worker.wait(), 60)
@@ -302,7 +366,7 @@ async def test_a_memory_alarm_stalls_publishing_and_nothing_is_lost(
             async def finished() -> bool | None:
                 return True if await _is_terminal(env, job_id) else None
 
-            await eventually(finished, timeout_s=120)
+            await eventually(finished, timeout_s=DEADLINE_S)
         finally:
             for worker in workers:
                 worker.send_signal(signal.SIGTERM)
@@ -374,7 +438,7 @@ async def test_a_chunk_outliving_the_consumer_timeout_is_counted_once(
                 async def finished() -> bool | None:
                     return True if await _is_terminal(env, job_id) else None
 
-                await eventually(finished, timeout_s=180)
+                await eventually(finished, timeout_s=DEADLINE_S)
             finally:
                 worker.send_signal(signal.SIGTERM)
                 code = await asyncio.wait_for(worker.wait(), 60)

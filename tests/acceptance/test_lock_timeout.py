@@ -17,6 +17,7 @@ import pytest
 from tests.acceptance.conftest import Contacts
 from tests.acceptance.test_crash_resume import (
     CLIENT,
+    DEADLINE_S,
     _events,
     _is_terminal,
     _log_tail,
@@ -74,7 +75,7 @@ async def test_a_held_lock_makes_batches_retry_then_discard_and_the_job_still_en
             async def finished() -> bool | None:
                 return True if await _is_terminal(env, job_id) else None
 
-            await eventually(finished, timeout_s=120)
+            await eventually(finished, timeout_s=DEADLINE_S)
         finally:
             worker.send_signal(signal.SIGTERM)
             code = await asyncio.wait_for(worker.wait(), WAIT_S)

@@ -13,6 +13,7 @@ import pytest
 
 from tests.acceptance.conftest import Contacts
 from tests.acceptance.test_crash_resume import (
+    DEADLINE_S,
     _assert_invariants,
     _events,
     _is_terminal,
@@ -42,7 +43,7 @@ async def test_a_live_slow_worker_keeps_its_job_and_no_second_runner_starts(
             async def finished() -> bool | None:
                 return True if await _is_terminal(env, job_id) else None
 
-            await eventually(finished, timeout_s=90)
+            await eventually(finished, timeout_s=DEADLINE_S)
         finally:
             workers = [w for w in (slow, rescuer) if w is not None]
             for worker in workers:
