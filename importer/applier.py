@@ -66,6 +66,7 @@ class BatchApplier:
         self._lane = lane
         self._give_up = give_up
         self.discarded_error: str | None = None  # why the last piece given up was given up
+        self.repeated = False  # the last batch was already in the ledger (or its lane passed it)
 
     async def apply(self, batch: Batch) -> Counters:
         done = self._done_parts.get((batch.chunk_no, batch.partition), frozenset())
@@ -98,6 +99,7 @@ class BatchApplier:
                 return await self._on_failure(batch, action, attempt, exc, batch_log)
             if failpoints.armed is not None:
                 await failpoints.armed.reach(failpoints.AFTER_COMMIT)
+            self.repeated = counters is None
             applied = counters if counters is not None else Counters()
             seconds = time.perf_counter() - started
             self._observer.on_batch_applied(applied, seconds, repeated=counters is None)

@@ -40,6 +40,7 @@ AFTER_COPY_BEFORE_COMMIT = "after_copy_before_commit"  # a batch's rows written,
 AFTER_COMMIT = "after_commit"  # a batch committed, its counters not yet added in memory
 BEFORE_FINALIZE = "before_finalize"  # before the finalization's transaction
 AFTER_FINALIZE_BEFORE_RETURN = "after_finalize_before_return"  # finalization committed
+BEFORE_DEAD_LETTER = "before_dead_letter"  # a batch given up and recorded, its copy not yet sent
 # One batch's chunk: ``chunk:<n>`` is reached as chunk n's batch (each of its partitions, each
 # piece) begins its transaction — a poison chunk (``chunk:7=error``) or a slow one.
 CHUNK_PREFIX = "chunk:"
@@ -50,6 +51,7 @@ POINTS = frozenset(
         AFTER_COMMIT,
         BEFORE_FINALIZE,
         AFTER_FINALIZE_BEFORE_RETURN,
+        BEFORE_DEAD_LETTER,
     }
 )
 

@@ -7,7 +7,9 @@ order wherever they land — a lane per partition in PostgreSQL (``Store.apply_b
 
 A delivery ends in exactly one of these, decided by :meth:`ChunkHandler.handle`:
 
-* applied (or already applied: a duplicate) → ack;
+* applied (or already applied: a duplicate) → ack; but a repeat of a batch given up earlier goes
+  to the dead-letter queue again (the process that gave it up may have died before its copy got
+  there: at least once, under the same message id);
 * not its turn yet (an earlier chunk of its lane is missing) → waits a moment in its slot (the
   first time only: usually the missing chunk is being applied right then), then is deferred —
   re-published to the wait queue with its attempt count, acked, and back in the main queue
@@ -35,7 +37,7 @@ from typing import Protocol
 
 import structlog
 
-from importer import codec
+from importer import codec, failpoints
 from importer.applier import BatchApplier
 from importer.exceptions import (
     JobNotFoundError,
@@ -138,8 +140,7 @@ class ChunkHandler:
             )
             return
         if job.status in TERMINAL_STATUSES:
-            log.info("chunk_message_late", status=job.status.value)
-            await delivery.ack()
+            await self._late(delivery, job, message.batch)
             return
         # Every write is fenced by the lease of the coordinator that published the batch.
         job = replace(job, lease_owner=message.owner)
@@ -151,6 +152,14 @@ class ChunkHandler:
             await self._ensure_fields(job, message.batch)
             wait_s = self._settings.lane_wait_s if delivery.deferrals == 0 else 0.0
             applied = await self._apply_in_turn(applier, message.batch, wait_s)
+            # A repeat of a batch given up earlier: the process that gave it up may have died
+            # (or lost the broker) before its copy reached the dead-letter queue. Send it again
+            # (at least once there; the message id is stable).
+            given_up = (
+                await self._store.given_up_error(job.id, message.batch)
+                if applied and applier.repeated
+                else None
+            )
         except LeaseLostError as exc:
             log.info("chunk_message_stale", error=str(exc))
             await delivery.ack()
@@ -159,17 +168,38 @@ class ChunkHandler:
             await _dead_letter(delivery, "chunk_message_without_lanes", str(exc))
             return
         except TransientStoreError as exc:
-            log.warning("chunk_retry", attempts=delivery.attempts + 1, error=str(exc))
-            self._observer.on_batch_retry()
-            await delivery.retry()
+            await self._retry(delivery, exc)
             return
         if not applied:
             log.info("chunk_deferred", deferrals=delivery.deferrals + 1)
             await delivery.defer()
         elif applier.discarded_error is not None:
+            if failpoints.armed is not None:
+                await failpoints.armed.reach(failpoints.BEFORE_DEAD_LETTER)
             await _dead_letter(delivery, "chunk_dead_lettered", applier.discarded_error)
+        elif given_up is not None:
+            await _dead_letter(delivery, "chunk_dead_lettered_again", given_up)
         else:
             await delivery.ack()
+
+    async def _late(self, delivery: Delivery, job: Job, batch: Batch) -> None:
+        """A message of a finished import: acked, unless its batch was given up (its copy may
+        never have reached the dead-letter queue: sent again)."""
+        try:
+            given_up = await self._store.given_up_error(job.id, batch)
+        except TransientStoreError as exc:
+            await self._retry(delivery, exc)
+            return
+        if given_up is not None:
+            await _dead_letter(delivery, "chunk_dead_lettered_again", given_up)
+        else:
+            log.info("chunk_message_late", status=job.status.value)
+            await delivery.ack()
+
+    async def _retry(self, delivery: Delivery, exc: TransientStoreError) -> None:
+        log.warning("chunk_retry", attempts=delivery.attempts + 1, error=str(exc))
+        self._observer.on_batch_retry()
+        await delivery.retry()
 
     async def _apply_in_turn(self, applier: BatchApplier, batch: Batch, wait_s: float) -> bool:
         """Apply once the batch's lane reaches it; False if it did not within the wait."""

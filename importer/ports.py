@@ -212,6 +212,11 @@ class Store(Protocol):
         (``reason`` row_rejected): its valid rows count as ``error``, each with ``reason``."""
         ...
 
+    async def given_up_error(self, job_id: uuid.UUID, batch: Batch) -> str | None:
+        """Why ``batch`` was given up after its retries (recorded discarded, its rows reported
+        ``chunk_discarded``), or None: applied, rejected row by row, or not recorded."""
+        ...
+
     def client_turn(
         self, client_id: int, stop: asyncio.Event
     ) -> contextlib.AbstractAsyncContextManager[bool]:

@@ -260,6 +260,13 @@ class InMemoryStore:
         lost = (RowIssue(r.line, None, reason, error[:1024], Severity.ERROR) for r in batch.rows)
         self.issues[job.id].extend((*batch.issues, *lost))
 
+    async def given_up_error(self, job_id: uuid.UUID, batch: Batch) -> str | None:
+        lines = {r.line for r in batch.rows}
+        for issue in self.issues[job_id]:
+            if issue.reason is Reason.CHUNK_DISCARDED and issue.line in lines:
+                return issue.value or ""
+        return None
+
     async def finalize(
         self,
         job_id: uuid.UUID,

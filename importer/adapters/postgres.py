@@ -513,6 +513,16 @@ class PostgresStore:
                 counters = lifecycle.discarded_counters(batch)
                 await self._record(conn, job, batch, "discarded", counters, attempts, error)
 
+    async def given_up_error(self, job_id: uuid.UUID, batch: Batch) -> str | None:
+        if not batch.rows:
+            return None
+        lines = [r.line for r in batch.rows]
+        with translated_errors():
+            error: str | None = await self._pool.fetchval(
+                self._q["given_up_error"], job_id, batch.chunk_no, batch.partition, lines
+            )
+        return error
+
     async def _record(
         self,
         conn: Conn,

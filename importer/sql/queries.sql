@@ -12,6 +12,19 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 ON CONFLICT (job_id, chunk_no, partition, part) DO NOTHING
 RETURNING 1;
 
+-- name: given_up_error
+-- Why a batch ($4: the lines of its rows) was given up after its retries: a discarded ledger
+-- row of its chunk and partition and its rows reported chunk_discarded (a row rejected alone is
+-- reported row_rejected instead). No row: applied, rejected row by row, or not recorded.
+SELECT coalesce(c.error_message, '')
+FROM import_chunk c
+WHERE c.job_id = $1 AND c.chunk_no = $2 AND c.partition = $3 AND c.status = 'discarded'
+  AND EXISTS (
+      SELECT 1 FROM import_row_error e
+      WHERE e.job_id = $1 AND e.line = ANY($4::integer[]) AND e.reason = 'chunk_discarded'
+  )
+LIMIT 1;
+
 -- name: record_batch_fenced
 -- record_batch for a worker's run, fenced by its lease in the same statement (no extra round
 -- trip): the ledger row is written only while $17 holds the lease of the job, still in one of

@@ -18,6 +18,7 @@ import pytest
 
 from importer import codec
 from importer.adapters.rabbit import Topology
+from importer.failpoints import CRASH_EXIT_CODE
 from importer.models import Batch, ContactRow, JobStatus
 from tests.acceptance.conftest import RABBITMQ_URL, Contacts
 from tests.acceptance.test_crash_resume import (
@@ -158,6 +159,63 @@ async def test_a_poison_chunk_gets_three_retries_a_ttl_apart_then_the_dead_lette
         gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(tries)]
         assert all(RETRY_DELAY_S * 0.9 <= gap <= RETRY_DELAY_S + 1.5 for gap in gaps), gaps
     assert await _dead_letters(prefix) == PARTITIONS
+
+
+async def test_a_given_up_chunk_reaches_the_dead_letter_queue_even_if_its_worker_dies_first(
+    db_dsn: str,
+    tmp_path: Path,
+    contacts: Contacts,
+    prefix: str,
+) -> None:
+    """The worker that gives the poison chunk up dies (`before_dead_letter=crash`) after
+    recording it discarded and before sending its copy to the dead-letter queue: the broker
+    redelivers the unacked message to the other worker, which finds the batch given up and
+    dead-letters it; nothing is applied or counted twice, the job completes."""
+    logs = [tmp_path / "dying.log", tmp_path / "other.log"]
+    async with job_env(db_dsn, tmp_path) as env:
+        poison = f"chunk:{POISON_CHUNK}=error"
+        workers = [
+            await _worker(env, logs[0], prefix, failpoints=f"{poison},before_dead_letter=crash"),
+            await _worker(env, logs[1], prefix, failpoints=poison),
+        ]
+        try:
+            for log in logs:
+                await eventually(lambda log=log: _logged(log, "chunk_consumer_started"))
+            job_id = await _queued_job(env, contacts)
+
+            async def finished() -> bool | None:
+                return True if await _is_terminal(env, job_id) else None
+
+            await eventually(finished, timeout_s=DEADLINE_S)
+            await eventually(lambda: _logged(logs[0], "batch_discarded"))  # then it crashed
+            assert await asyncio.wait_for(workers[0].wait(), WAIT_S) == CRASH_EXIT_CODE
+
+            async def dead_lettered() -> int | None:
+                count = await _dead_letters(prefix)
+                return count if count >= PARTITIONS else None
+
+            dead = await eventually(dead_lettered)
+        finally:
+            for worker in workers:
+                if worker.returncode is None:
+                    worker.send_signal(signal.SIGTERM)
+            codes = [await asyncio.wait_for(w.wait(), WAIT_S) for w in workers]
+        job = await env.store.view_job(CLIENT, job_id)
+    assert codes == [CRASH_EXIT_CODE, 0], [_log_tail(log) for log in logs]
+    assert dead == PARTITIONS  # each poison batch once: the dead worker's copy was never sent
+    again = [e for e in _events(logs[1]) if e["event"] == "chunk_dead_lettered_again"]
+    assert again  # the other worker sent the dead worker's copy
+    assert job.status is JobStatus.COMPLETED_WITH_PLACEHOLDERS
+    assert job.counters.balanced
+    assert job.counters.rows_read == contacts.rows
+    discarded = await fetch(
+        db_dsn,
+        "SELECT count(*) AS n, sum(error) AS e FROM import_chunk"
+        " WHERE job_id = $1 AND status = 'discarded'",
+        job_id,
+    )
+    assert discarded[0]["n"] == PARTITIONS  # recorded once each
+    assert job.counters.error == discarded[0]["e"] > 0
 
 
 async def _dead_letters(prefix: str) -> int:

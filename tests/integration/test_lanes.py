@@ -172,3 +172,27 @@ class DyingStore(PostgresStore):
             if self.pieces == 2:
                 raise RuntimeError("the process died")
         return await super().apply_batch(job, batch, lane=lane)
+
+
+async def test_given_up_error_names_given_up_batches_only(
+    db_dsn: str, env: Env, client_ids: Iterator[int], tmp_path: Path
+) -> None:
+    """What a redelivered copy of a batch is asked (fanout: dead-letter it again?): the error of
+    a batch given up after its retries; nothing for an applied batch or a row rejected alone."""
+    await forbid_poison(db_dsn)
+    path = write(tmp_path / "p.csv", contacts({4}))
+    job = await importing_job(env, next(client_ids), path)
+    batches = await batches_of(env, job, path)
+    await env.store.open_lanes(job.id, PARTITIONS)
+    poisoned = next(b for b in batches if any(r.name == POISON for r in b.rows))
+    partition = (poisoned.partition + 1) % PARTITIONS
+    lane = sorted((b for b in batches if b.partition == partition), key=lambda b: b.chunk_no)
+    given_up, applied = lane[0], lane[1]
+    await env.store.discard_batch(job, given_up, 4, "lock timeout", lane=True)
+    assert await env.store.apply_batch(job, applied, lane=True) is not None
+    assert await env.store.given_up_error(job.id, given_up) == "lock timeout"
+    assert await env.store.given_up_error(job.id, applied) is None
+    rejecting = BatchApplier(env.store, job, max_attempts=1)
+    await rejecting.apply(poisoned)  # split down to the poison row, rejected alone
+    assert rejecting.discarded_error is None
+    assert await env.store.given_up_error(job.id, poisoned) is None

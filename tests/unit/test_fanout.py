@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from importer import codec
 from importer.exceptions import TransientStoreError
 from importer.fanout import ChunkHandler, FanoutSettings
-from importer.models import Batch, ConflictStrategy, Counters, Job, JobStatus
+from importer.models import Batch, ConflictStrategy, ContactRow, Counters, Job, JobStatus
 from importer.pipeline import ImportRun, PipelineConfig
 from importer.ports import NewJob
 from importer.settings import Limits
@@ -246,3 +246,48 @@ async def test_a_message_of_an_unknown_import_is_dead_lettered_and_writes_nothin
     await ChunkHandler(store).handle(delivery)
     assert delivery.ending == "dead_letter"
     assert "unknown import" in broker.dead[0][1]
+
+
+async def _given_up_batch(store: InMemoryStore) -> tuple[Job, Batch]:
+    """A job whose chunk 0 (partition 0) was given up after its retries, lane moved past it."""
+    job = replace(await new_job(store, ConflictStrategy.MERGE, 10), lease_owner="coordinator")
+    await store.open_lanes(job.id, 1)
+    rows = (ContactRow(2, cpf(1), "A", None), ContactRow(3, cpf(2), "B", None))
+    batch = Batch(0, 0, 2, 10, rows)
+    await store.discard_batch(job, batch, 4, "ConnectionDoesNotExistError: gone", lane=True)
+    return job, batch
+
+
+@pytest.mark.parametrize("finished", [False, True])
+async def test_a_repeat_of_a_given_up_batch_goes_to_the_dead_letter_queue_again(
+    finished: bool,
+) -> None:
+    """The process that gave the batch up died (or lost the broker) before its copy reached the
+    dead-letter queue: the redelivered copy finds the batch given up and dead-letters it, whether
+    or not the import has finished meanwhile."""
+    store = InMemoryStore()
+    job, batch = await _given_up_batch(store)
+    if finished:
+        await store.finalize(job.id, None)
+    broker = Broker(random.Random(1))
+    delivery = FakeDelivery(broker, Message(codec.encode(job.id, "coordinator", batch), 3))
+    await ChunkHandler(store).handle(delivery)
+    assert delivery.ending == "dead_letter"
+    assert broker.dead[0][1] == "ConnectionDoesNotExistError: gone"
+    assert store.ledger[job.id][batch.key].error == 2  # recorded once, not again
+
+
+async def test_a_repeat_of_an_applied_batch_is_acked() -> None:
+    store = InMemoryStore()
+    job = replace(await new_job(store, ConflictStrategy.MERGE, 10), lease_owner="coordinator")
+    await store.open_lanes(job.id, 1)
+    batch = Batch(0, 0, 2, 10, (ContactRow(2, cpf(1), "A", None),))
+    broker = Broker(random.Random(1))
+    handler = ChunkHandler(store)
+    endings = []
+    for _ in range(2):
+        delivery = FakeDelivery(broker, Message(codec.encode(job.id, "coordinator", batch)))
+        await handler.handle(delivery)
+        endings.append(delivery.ending)
+    assert endings == ["ack", "ack"]
+    assert not broker.dead
