@@ -53,6 +53,33 @@ class Imported:
     stats: GenerationStats
 
 
+async def job_outcome(dsn: str, job_id: uuid.UUID) -> tuple[JobStatus, Counters]:
+    """The job row's status and counters."""
+    job = (await fetch(dsn, "SELECT * FROM import_job WHERE id = $1", job_id))[0]
+    counters = Counters(
+        job["rows_read"], job["inserted"], job["updated"], job["invalid"], job["error"],
+        job["ignored"],
+    )  # fmt: skip
+    return JobStatus(job["status"]), counters
+
+
+async def assert_ledger_whole(dsn: str, job_id: uuid.UUID, counters: Counters) -> None:
+    """I1 (the counters balance and equal the ledger's sums), I2 (one contact per key), I3 (no
+    piece twice, none left non-terminal) and I4's finalization row and notification."""
+    assert counters.balanced  # I1
+    assert as_tuple(await ledger(dsn, job_id)) == as_tuple(counters)
+    assert not await fetch(  # I2 (and the unique index that guarantees it)
+        dsn, "SELECT client_id, cpf_cnpj FROM contact GROUP BY 1, 2 HAVING count(*) > 1"
+    )
+    assert not await fetch(  # I3: no piece twice, none left non-terminal
+        dsn,
+        "SELECT chunk_no, partition, part FROM import_chunk WHERE job_id = $1"
+        " GROUP BY 1, 2, 3 HAVING count(*) > 1 OR bool_or(status NOT IN ('done', 'discarded'))",
+        job_id,
+    )
+    assert await finalization_counts(dsn, job_id) == (1, 1)  # I4
+
+
 async def other_clients_digest(dsn: str, client: int) -> str:
     """A checksum of every other client's contacts, channels and custom values (I5)."""
     digest = hashlib.sha256()
@@ -80,28 +107,13 @@ async def assert_invariants(
     partitions: int,
     others_before: str | None = None,
 ) -> None:
-    job = (await fetch(dsn, "SELECT * FROM import_job WHERE id = $1", job_id))[0]
-    counters = Counters(
-        job["rows_read"], job["inserted"], job["updated"], job["invalid"], job["error"],
-        job["ignored"],
-    )  # fmt: skip
+    status, counters = await job_outcome(dsn, job_id)
     stats = imported.stats
-    assert JobStatus(job["status"]) is JobStatus.COMPLETED_WITH_PLACEHOLDERS  # I3
-    assert counters.balanced  # I1
+    assert status is JobStatus.COMPLETED_WITH_PLACEHOLDERS  # I3
     expected = (stats.rows, stats.distinct_keys, stats.repeated_rows, stats.bad_check_digits)
     assert (counters.rows_read, counters.inserted, counters.updated, counters.invalid) == expected
     assert (counters.error, counters.ignored) == (0, 0)
-    assert as_tuple(await ledger(dsn, job_id)) == as_tuple(counters)
-    assert not await fetch(  # I2 (and the unique index that guarantees it)
-        dsn, "SELECT client_id, cpf_cnpj FROM contact GROUP BY 1, 2 HAVING count(*) > 1"
-    )
-    assert not await fetch(  # I3: no piece twice, none left non-terminal
-        dsn,
-        "SELECT chunk_no, partition, part FROM import_chunk WHERE job_id = $1"
-        " GROUP BY 1, 2, 3 HAVING count(*) > 1 OR bool_or(status NOT IN ('done', 'discarded'))",
-        job_id,
-    )
-    assert await finalization_counts(dsn, job_id) == (1, 1)  # I4
+    await assert_ledger_whole(dsn, job_id, counters)  # I1-I4
     outbox = await fetch(
         dsn,
         "SELECT topic, count(*) AS n FROM outbox WHERE payload->>'job_id' = $1 GROUP BY 1",

@@ -5,12 +5,14 @@ one-instance result (I1-I4, I6), and the work really is shared."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import itertools
 import os
 import signal
 import sys
 import uuid
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import aio_pika
@@ -62,6 +64,45 @@ async def _worker(
         )
 
 
+@contextlib.asynccontextmanager
+async def _running(
+    env: Env,
+    logs: Sequence[Path],
+    prefix: str,
+    failpoints: Sequence[str] | str = "",
+    *,
+    retry_delay_ms: str = "1000",
+) -> AsyncIterator[list[asyncio.subprocess.Process]]:
+    """One `importer worker` per log (``failpoints``: the same for all, or one each), yielded
+    once every one consumes; at the end each one still running gets SIGTERM and is waited for
+    (its exit code then in ``returncode``; the list may be changed inside, e.g. a restart)."""
+    specs = [failpoints] * len(logs) if isinstance(failpoints, str) else list(failpoints)
+    workers: list[asyncio.subprocess.Process] = []
+    try:
+        for log, spec in zip(logs, specs, strict=True):
+            workers.append(
+                await _worker(env, log, prefix, failpoints=spec, retry_delay_ms=retry_delay_ms)
+            )
+        for log in logs:  # every consumer is up before a job is queued
+            await eventually(lambda log=log: _logged(log, "chunk_consumer_started"))
+        yield workers
+    finally:
+        for worker in workers:
+            if worker.returncode is None:
+                worker.send_signal(signal.SIGTERM)
+        for worker in workers:
+            await asyncio.wait_for(worker.wait(), 60)
+
+
+async def _finished(env: Env, job_id: uuid.UUID) -> None:
+    """Wait (bounded by the catalog's deadline) until the job is terminal."""
+
+    async def terminal() -> bool | None:
+        return True if await _is_terminal(env, job_id) else None
+
+    await eventually(terminal, timeout_s=DEADLINE_S)
+
+
 @pytest.mark.parametrize("instances", [2, 3])
 async def test_worker_processes_share_one_import_and_give_the_one_instance_result(
     db_dsn: str,
@@ -72,20 +113,10 @@ async def test_worker_processes_share_one_import_and_give_the_one_instance_resul
 ) -> None:
     logs = [tmp_path / f"worker{i}.log" for i in range(instances)]
     async with job_env(db_dsn, tmp_path) as env:
-        workers = [await _worker(env, log, prefix) for log in logs]
-        try:
-            for log in logs:  # every consumer is up before the job is queued
-                await eventually(lambda log=log: _logged(log, "chunk_consumer_started"))
+        async with _running(env, logs, prefix) as workers:
             job_id = await _queued_job(env, contacts)
-
-            async def finished() -> bool | None:
-                return True if await _is_terminal(env, job_id) else None
-
-            await eventually(finished, timeout_s=DEADLINE_S)
-        finally:
-            for worker in workers:
-                worker.send_signal(signal.SIGTERM)
-            codes = [await asyncio.wait_for(w.wait(), WAIT_S) for w in workers]
+            await _finished(env, job_id)
+        codes = [w.returncode for w in workers]
     assert codes == [0] * instances, [_log_tail(log) for log in logs]
     await _assert_invariants(db_dsn, job_id, contacts)
     applied = [sum(e["event"] == "chunk_applied" for e in _events(log)) for log in logs]
@@ -111,23 +142,10 @@ async def test_a_poison_chunk_gets_three_retries_a_ttl_apart_then_the_dead_lette
     `error`), and its message waits in the dead-letter queue; the job completes."""
     logs = [tmp_path / f"worker{i}.log" for i in range(2)]
     async with job_env(db_dsn, tmp_path) as env:
-        workers = [
-            await _worker(env, log, prefix, failpoints=f"chunk:{POISON_CHUNK}=error")
-            for log in logs
-        ]
-        try:
-            for log in logs:
-                await eventually(lambda log=log: _logged(log, "chunk_consumer_started"))
+        async with _running(env, logs, prefix, f"chunk:{POISON_CHUNK}=error") as workers:
             job_id = await _queued_job(env, contacts)
-
-            async def finished() -> bool | None:
-                return True if await _is_terminal(env, job_id) else None
-
-            await eventually(finished, timeout_s=DEADLINE_S)
-        finally:
-            for worker in workers:
-                worker.send_signal(signal.SIGTERM)
-            codes = [await asyncio.wait_for(w.wait(), WAIT_S) for w in workers]
+            await _finished(env, job_id)
+        codes = [w.returncode for w in workers]
         assert codes == [0, 0], [_log_tail(log) for log in logs]
         job = await env.store.view_job(CLIENT, job_id)
         discarded = await fetch(
@@ -174,19 +192,11 @@ async def test_a_given_up_chunk_reaches_the_dead_letter_queue_even_if_its_worker
     logs = [tmp_path / "dying.log", tmp_path / "other.log"]
     async with job_env(db_dsn, tmp_path) as env:
         poison = f"chunk:{POISON_CHUNK}=error"
-        workers = [
-            await _worker(env, logs[0], prefix, failpoints=f"{poison},before_dead_letter=crash"),
-            await _worker(env, logs[1], prefix, failpoints=poison),
-        ]
-        try:
-            for log in logs:
-                await eventually(lambda log=log: _logged(log, "chunk_consumer_started"))
+        async with _running(
+            env, logs, prefix, [f"{poison},before_dead_letter=crash", poison]
+        ) as workers:
             job_id = await _queued_job(env, contacts)
-
-            async def finished() -> bool | None:
-                return True if await _is_terminal(env, job_id) else None
-
-            await eventually(finished, timeout_s=DEADLINE_S)
+            await _finished(env, job_id)
             await eventually(lambda: _logged(logs[0], "batch_discarded"))  # then it crashed
             assert await asyncio.wait_for(workers[0].wait(), WAIT_S) == CRASH_EXIT_CODE
 
@@ -195,11 +205,7 @@ async def test_a_given_up_chunk_reaches_the_dead_letter_queue_even_if_its_worker
                 return count if count >= PARTITIONS else None
 
             dead = await eventually(dead_lettered)
-        finally:
-            for worker in workers:
-                if worker.returncode is None:
-                    worker.send_signal(signal.SIGTERM)
-            codes = [await asyncio.wait_for(w.wait(), WAIT_S) for w in workers]
+        codes = [w.returncode for w in workers]
         job = await env.store.view_job(CLIENT, job_id)
     assert codes == [CRASH_EXIT_CODE, 0], [_log_tail(log) for log in logs]
     assert dead == PARTITIONS  # each poison batch once: the dead worker's copy was never sent
@@ -258,10 +264,7 @@ async def test_an_import_survives_a_broker_restart_and_dropped_connections(
     async with job_env(db_dsn, tmp_path) as env:
         # Slowed after each batch so that the fault lands mid-import.
         pause = "after_commit=sleep:500" if fault == "restart" else "after_commit=sleep:200"
-        workers = [await _worker(env, log, prefix, failpoints=pause) for log in logs]
-        try:
-            for log in logs:
-                await eventually(lambda log=log: _logged(log, "chunk_consumer_started"))
+        async with _running(env, logs, prefix, pause) as workers:
             job_id = await _queued_job(env, contacts)
 
             async def progressed() -> bool | None:
@@ -282,15 +285,8 @@ async def test_an_import_survives_a_broker_restart_and_dropped_connections(
                 if fault == "restart":
                     await _rabbitmqctl("start_app")
                 await eventually(_broker_up, timeout_s=60)
-
-            async def finished() -> bool | None:
-                return True if await _is_terminal(env, job_id) else None
-
-            await eventually(finished, timeout_s=DEADLINE_S)
-        finally:
-            for worker in workers:
-                worker.send_signal(signal.SIGTERM)
-            codes = [await asyncio.wait_for(w.wait(), 60) for w in workers]
+            await _finished(env, job_id)
+        codes = [w.returncode for w in workers]
     assert codes == [0, 0], [_log_tail(log) for log in logs]
     await _assert_invariants(db_dsn, job_id, contacts)
 
@@ -309,12 +305,7 @@ async def test_the_coordinator_killed_at_30_percent_read_is_resumed_from_its_che
     logs = [tmp_path / f"worker{i}.log" for i in range(2)]
     size = contacts.path.stat().st_size
     async with job_env(db_dsn, tmp_path) as env:
-        workers = [
-            await _worker(env, log, prefix, failpoints="after_commit=sleep:100") for log in logs
-        ]
-        try:
-            for log in logs:
-                await eventually(lambda log=log: _logged(log, "chunk_consumer_started"))
+        async with _running(env, logs, prefix, "after_commit=sleep:100") as workers:
             job_id = await _queued_job(env, contacts)
 
             async def coordinator() -> int | None:
@@ -338,15 +329,8 @@ async def test_the_coordinator_killed_at_30_percent_read_is_resumed_from_its_che
             assert not await _is_terminal(env, job_id)
             restarted = tmp_path / "restarted.log"
             workers[killed] = await _worker(env, restarted, prefix)
-
-            async def finished() -> bool | None:
-                return True if await _is_terminal(env, job_id) else None
-
-            await eventually(finished, timeout_s=DEADLINE_S)
-        finally:
-            for worker in workers:
-                worker.send_signal(signal.SIGTERM)
-            codes = [await asyncio.wait_for(w.wait(), 60) for w in workers]
+            await _finished(env, job_id)
+        codes = [w.returncode for w in workers]
     assert codes == [0, 0], [_log_tail(log) for log in logs]
     await _assert_invariants(db_dsn, job_id, contacts)
     survivors = [logs[1 - killed], restarted]
@@ -366,11 +350,9 @@ async def test_a_chunk_waiting_in_the_retry_queue_survives_a_broker_restart(
     message) and is applied on its retry: nothing lost, nothing counted as error."""
     log = tmp_path / "worker.log"
     async with job_env(db_dsn, tmp_path) as env:
-        worker = await _worker(
-            env, log, prefix, failpoints="chunk:3=error@1", retry_delay_ms="4000"
-        )
-        try:
-            await eventually(lambda: _logged(log, "chunk_consumer_started"))
+        async with _running(
+            env, [log], prefix, "chunk:3=error@1", retry_delay_ms="4000"
+        ) as workers:
             job_id = await _queued_job(env, contacts)
             await eventually(lambda: _logged(log, "chunk_retry"))
             try:
@@ -379,14 +361,8 @@ async def test_a_chunk_waiting_in_the_retry_queue_survives_a_broker_restart(
             finally:
                 await _rabbitmqctl("start_app")
                 await eventually(_broker_up, timeout_s=60)
-
-            async def finished() -> bool | None:
-                return True if await _is_terminal(env, job_id) else None
-
-            await eventually(finished, timeout_s=DEADLINE_S)
-        finally:
-            worker.send_signal(signal.SIGTERM)
-            code = await asyncio.wait_for(worker.wait(), 60)
+            await _finished(env, job_id)
+        code = workers[0].returncode
         job = await env.store.view_job(CLIENT, job_id)
     assert code == 0, _log_tail(log)
     assert job.counters.error == 0
@@ -401,12 +377,7 @@ async def test_a_memory_alarm_stalls_publishing_and_nothing_is_lost(
     dropping or skipping chunks, and the import ends as an undisturbed one (I1-I4, I6)."""
     logs = [tmp_path / f"worker{i}.log" for i in range(2)]
     async with job_env(db_dsn, tmp_path) as env:
-        workers = [
-            await _worker(env, log, prefix, failpoints="after_commit=sleep:200") for log in logs
-        ]
-        try:
-            for log in logs:
-                await eventually(lambda log=log: _logged(log, "chunk_consumer_started"))
+        async with _running(env, logs, prefix, "after_commit=sleep:200") as workers:
             job_id = await _queued_job(env, contacts)
 
             async def progressed() -> bool | None:
@@ -420,15 +391,8 @@ async def test_a_memory_alarm_stalls_publishing_and_nothing_is_lost(
                 assert not await _is_terminal(env, job_id)
             finally:
                 await _rabbitmqctl("set_vm_memory_high_watermark", "0.4")
-
-            async def finished() -> bool | None:
-                return True if await _is_terminal(env, job_id) else None
-
-            await eventually(finished, timeout_s=DEADLINE_S)
-        finally:
-            for worker in workers:
-                worker.send_signal(signal.SIGTERM)
-            codes = [await asyncio.wait_for(w.wait(), 60) for w in workers]
+            await _finished(env, job_id)
+        codes = [w.returncode for w in workers]
     assert codes == [0, 0], [_log_tail(log) for log in logs]
     await _assert_invariants(db_dsn, job_id, contacts)
 
@@ -450,27 +414,21 @@ async def test_garbage_on_the_chunk_queue_goes_to_the_dead_letter_queue_at_once(
         b'{"v": 99}',
         stray,
     ]
-    async with job_env(db_dsn, tmp_path) as env:
-        worker = await _worker(env, log, prefix)
-        try:
-            await eventually(lambda: _logged(log, "chunk_consumer_started"))
-            connection = await aio_pika.connect(RABBITMQ_URL)
-            async with connection:
-                channel = await connection.channel()
-                for i, body in enumerate(bodies):
-                    await channel.default_exchange.publish(
-                        aio_pika.Message(body, message_id=f"junk-{i}"), routing_key=topology.main
-                    )
+    async with job_env(db_dsn, tmp_path) as env, _running(env, [log], prefix) as workers:
+        connection = await aio_pika.connect(RABBITMQ_URL)
+        async with connection:
+            channel = await connection.channel()
+            for i, body in enumerate(bodies):
+                await channel.default_exchange.publish(
+                    aio_pika.Message(body, message_id=f"junk-{i}"), routing_key=topology.main
+                )
 
-            async def all_dead() -> bool | None:
-                return True if await _dead_letters(prefix) == len(bodies) else None
+        async def all_dead() -> bool | None:
+            return True if await _dead_letters(prefix) == len(bodies) else None
 
-            await eventually(all_dead, timeout_s=30)
-            assert worker.returncode is None  # still running
-        finally:
-            worker.send_signal(signal.SIGTERM)
-            code = await asyncio.wait_for(worker.wait(), 60)
-    assert code == 0, _log_tail(log)
+        await eventually(all_dead, timeout_s=30)
+        assert workers[0].returncode is None  # still running
+    assert workers[0].returncode == 0, _log_tail(log)
     events = _events(log)
     assert not [e for e in events if e["event"] == "chunk_retry"]  # never retried
     assert not await fetch(db_dsn, "SELECT 1 FROM contact")
@@ -488,18 +446,10 @@ async def test_a_chunk_outliving_the_consumer_timeout_is_counted_once(
     await _rabbitmqctl("eval", "application:set_env(rabbit, consumer_timeout, 5000).")
     try:
         async with job_env(db_dsn, tmp_path) as env:
-            worker = await _worker(env, log, prefix, failpoints="chunk:3=sleep:75000@1")
-            try:
-                await eventually(lambda: _logged(log, "chunk_consumer_started"))
+            async with _running(env, [log], prefix, "chunk:3=sleep:75000@1") as workers:
                 job_id = await _queued_job(env, contacts)
-
-                async def finished() -> bool | None:
-                    return True if await _is_terminal(env, job_id) else None
-
-                await eventually(finished, timeout_s=DEADLINE_S)
-            finally:
-                worker.send_signal(signal.SIGTERM)
-                code = await asyncio.wait_for(worker.wait(), 60)
+                await _finished(env, job_id)
+            code = workers[0].returncode
     finally:
         await _rabbitmqctl("eval", "application:set_env(rabbit, consumer_timeout, 1800000).")
     assert code == 0, _log_tail(log)
