@@ -398,15 +398,18 @@ async def test_a_memory_alarm_stalls_publishing_and_nothing_is_lost(
 
 
 async def test_garbage_on_the_chunk_queue_goes_to_the_dead_letter_queue_at_once(
-    db_dsn: str, tmp_path: Path, prefix: str
+    db_dsn: str, tmp_path: Path, contacts: Contacts, prefix: str
 ) -> None:
-    """Catalog T26: garbage bytes, valid JSON missing fields, an unknown message version and a
-    batch of an unknown import, published straight to the main queue: each is dead-lettered on its
-    first delivery (never retried), the worker keeps running, no row is written."""
-    log = tmp_path / "worker.log"
+    """Catalog T26, in the middle of a 100k-row import on two workers: garbage bytes, valid JSON
+    missing fields, an unknown message version and a batch of an unknown import, published
+    straight to the main queue. Each is dead-lettered on its first delivery (never retried), the
+    workers keep running, the stray batch writes nothing, and the import ends as an undisturbed
+    one (I1-I6)."""
+    logs = [tmp_path / f"worker{i}.log" for i in range(2)]
     topology = Topology.named(prefix)
+    stray_job = uuid.uuid4()
     stray = codec.encode(
-        uuid.uuid4(), "nobody", Batch(0, 0, 2, 10, (ContactRow(2, "52998224725", "X", None),))
+        stray_job, "nobody", Batch(0, 0, 2, 10, (ContactRow(2, "52998224725", "X", None),))
     )
     bodies = [
         b"\x00\xffgarbage",
@@ -414,7 +417,12 @@ async def test_garbage_on_the_chunk_queue_goes_to_the_dead_letter_queue_at_once(
         b'{"v": 99}',
         stray,
     ]
-    async with job_env(db_dsn, tmp_path) as env, _running(env, [log], prefix) as workers:
+    async with (
+        job_env(db_dsn, tmp_path) as env,
+        _running(env, logs, prefix, "after_commit=sleep:100") as workers,
+    ):
+        job_id = await _queued_job(env, contacts)
+        await eventually(lambda: _at_least(db_dsn, job_id, 4))  # the import is under way
         connection = await aio_pika.connect(RABBITMQ_URL)
         async with connection:
             channel = await connection.channel()
@@ -427,11 +435,23 @@ async def test_garbage_on_the_chunk_queue_goes_to_the_dead_letter_queue_at_once(
             return True if await _dead_letters(prefix) == len(bodies) else None
 
         await eventually(all_dead, timeout_s=30)
-        assert workers[0].returncode is None  # still running
-    assert workers[0].returncode == 0, _log_tail(log)
-    events = _events(log)
-    assert not [e for e in events if e["event"] == "chunk_retry"]  # never retried
-    assert not await fetch(db_dsn, "SELECT 1 FROM contact")
+        assert not await _is_terminal(env, job_id)  # the garbage met a running import
+        assert all(w.returncode is None for w in workers)  # still running
+        await _finished(env, job_id)
+    assert [w.returncode for w in workers] == [0, 0], [_log_tail(log) for log in logs]
+    events = [e for log in logs for e in _events(log)]
+    routed = ("chunk_message_malformed", "chunk_message_unknown_import")
+    junk = [e for e in events if e["event"] in routed]
+    assert len(junk) == len(bodies), junk  # each dead-lettered once
+    assert all(e["attempts"] == 1 for e in junk)  # on its first delivery
+    assert not [e for e in events if e["event"] == "chunk_retry"]  # nothing retried
+    assert await _dead_letters(prefix) == len(bodies)  # none of the import's batches
+    assert not await fetch(db_dsn, "SELECT 1 FROM import_chunk WHERE job_id = $1", stray_job)
+    await _assert_invariants(db_dsn, job_id, contacts)
+
+
+async def _at_least(dsn: str, job_id: uuid.UUID, batches: int) -> bool | None:
+    return True if await ledger_chunks(dsn, job_id) >= batches else None
 
 
 @pytest.mark.slow  # the broker looks at delivery timeouts about once a minute
