@@ -107,8 +107,8 @@ class InMemoryStore:
         # Whole batches' reader positions: (chunk_no, partition) → (end_offset, end_line).
         self.positions: dict[uuid.UUID, dict[tuple[int, int], tuple[int, int]]] = {}
         self.lanes: dict[tuple[uuid.UUID, int], int] = {}  # (job, partition) → next chunk
-        self.lane_splits: dict[tuple[uuid.UUID, int], int] = {}
-        self.turns: dict[int, asyncio.Lock] = {}  # → chunk going in by pieces
+        self.lane_splits: dict[tuple[uuid.UUID, int], int] = {}  # → chunk going in by pieces
+        self.turns: dict[int, asyncio.Lock] = {}  # client → its import turn
         self.issues: dict[uuid.UUID, list[RowIssue]] = {}
         self.custom_fields: dict[tuple[int, str], str] = {}
         self.created_fields: dict[uuid.UUID, int] = {}

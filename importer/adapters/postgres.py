@@ -45,6 +45,7 @@ from importer.models import (
     Severity,
 )
 from importer.ports import Finalized, JobView, LeaseState, NewJob, RemovedData, Requeued
+from importer.settings import DEFAULT_LOCK_TIMEOUT_MS
 from importer.sql import queries, schema
 
 # A pool's connection proxy or a plain connection.
@@ -145,7 +146,6 @@ def translated_errors() -> Iterator[None]:
 # - enable_seqscan off: every batch query is a key lookup through an index. During a large import
 #   the statistics lag the table by orders of magnitude, and a plan made for a "tiny" table would
 #   scan it per batch.
-DEFAULT_LOCK_TIMEOUT_MS = 30_000
 SESSION_SETTINGS = {
     "application_name": "importer",
     "synchronous_commit": "off",

@@ -103,8 +103,6 @@ async def assert_invariants(
     *,
     client: int,
     reference_client: int,
-    chunk_size: int,
-    partitions: int,
     others_before: str | None = None,
 ) -> None:
     status, counters = await job_outcome(dsn, job_id)

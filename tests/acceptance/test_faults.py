@@ -151,8 +151,6 @@ async def test_serve_killed_at_five_random_moments_ends_as_an_undisturbed_import
         imported,
         client=CLIENT,
         reference_client=REFERENCE_CLIENT,
-        chunk_size=CHUNK_SIZE,
-        partitions=PARTITIONS,
         others_before=others,
     )
 
@@ -195,8 +193,6 @@ async def test_importer_backends_terminated_three_times_the_import_still_ends_ex
         smaller,
         client=CLIENT,
         reference_client=REFERENCE_CLIENT,
-        chunk_size=CHUNK_SIZE,
-        partitions=PARTITIONS,
         others_before=others,
     )
 
@@ -259,7 +255,5 @@ async def test_a_postgresql_restart_mid_import_and_the_import_still_ends_exactly
         smaller,
         client=CLIENT,
         reference_client=REFERENCE_CLIENT,
-        chunk_size=CHUNK_SIZE,
-        partitions=PARTITIONS,
         others_before=others,
     )

@@ -112,8 +112,6 @@ async def _check(env: Env, job_id: uuid.UUID, imported: Imported, client: int, o
         imported,
         client=client,
         reference_client=client + 1,
-        chunk_size=CHUNK_SIZE,
-        partitions=PARTITIONS,
         others_before=others,
     )
 
