@@ -17,7 +17,15 @@ class ConfigurationError(ImporterError):
 
 
 class LayoutError(ImporterError):
-    """The import layout is invalid."""
+    """The import layout is invalid.
+
+    ``field`` is the path of the part at fault inside the layout (``layout.delimeter``,
+    ``layout.columns.Zap``), so an API client gets it in its ``[{field, message}]`` list.
+    """
+
+    def __init__(self, message: str, field: str = "layout") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class FileRejectedError(ImporterError):

@@ -197,11 +197,15 @@ def parse_layout_document(value: object) -> dict[str, object]:
     problem = json_value_problem(document)
     if problem is not None:
         raise ValueError(problem)
-    try:
-        parse_layout(document)
-    except LayoutError as exc:
-        raise ValueError(str(exc)) from None
+    parse_layout(document)  # a LayoutError names the part at fault (``layout.delimeter``)
     return document
+
+
+def _add_layout_problem(problems: Problems, exc: LayoutError, field: str) -> None:
+    """A layout problem under the request's own field name: ``document.colums`` for a layout
+    resource, ``layout.colums`` for an import's inline layout."""
+    path = exc.field.removeprefix("layout")
+    problems.add(field + path, str(exc))
 
 
 def parse_format(value: object) -> InputFormat:
@@ -249,6 +253,8 @@ def parse_options(raw: Mapping[str, object], problems: Problems) -> ImportOption
             continue
         try:
             values[name] = parse(value)
+        except LayoutError as exc:
+            _add_layout_problem(problems, exc, name)
         except (ValueError, TypeError) as exc:
             problems.add(name, str(exc) or "is invalid")
     if "journey_id" in values and "auto_start_journey_mailing" not in values:
@@ -337,6 +343,8 @@ def parse_layout_body(raw: Mapping[str, object]) -> tuple[str, dict[str, object]
         problems.add("name", str(exc))
     try:
         document = parse_layout_document(raw.get("document"))
+    except LayoutError as exc:
+        _add_layout_problem(problems, exc, "document")
     except (ValueError, TypeError) as exc:
         problems.add("document", str(exc))
     problems.raise_any()

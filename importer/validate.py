@@ -5,10 +5,12 @@ Pure: no I/O. The hot path is :meth:`RowBuilder.build`, called once per record.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
+import difflib
 import re
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MemberDescriptorType
 from typing import Final
@@ -113,12 +115,30 @@ def parse_target(word: str) -> Target | None:
         return Target(custom=text[7:].strip())
     target = _TARGET_WORDS.get(text.lower().removeprefix("channel:"))
     if target is None:
-        raise LayoutError(f"unknown layout target {word!r}")
+        known = [*_TARGET_WORDS, "custom:<field>", "ignore"]
+        near = difflib.get_close_matches(text.lower(), known, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else f"; known: {', '.join(known)}"
+        raise LayoutError(f"unknown layout target {word!r}{hint}")
     return target
+
+
+# The keys a layout document may hold: anything else is a misspelling, refused by name (a silently
+# ignored ``"delimeter"`` would run the import with defaults).
+LAYOUT_KEYS = ("columns", "delimiter", "encoding", "header", "unmapped", "sheet")
+_COLUMN_KEYS = ("column", "target")
+
+
+def _refuse_unknown_keys(keys: Iterable[object], known: Sequence[str], where: str) -> None:
+    for key in keys:
+        if key not in known:
+            near = difflib.get_close_matches(str(key), known, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else f"; known: {', '.join(known)}"
+            raise LayoutError(f"unknown key {key!r} in {where}{hint}", f"{where}.{key}")
 
 
 def parse_layout(document: Mapping[str, object]) -> Layout:
     """Validate a JSON layout document; raise :class:`LayoutError` with the field at fault."""
+    _refuse_unknown_keys(document, LAYOUT_KEYS, "layout")
     raw_columns = document.get("columns", [])
     items: list[object]
     if isinstance(raw_columns, Mapping):
@@ -127,35 +147,52 @@ def parse_layout(document: Mapping[str, object]) -> Layout:
         items = raw_columns
     else:
         raise LayoutError("layout.columns must be a list or an object")
-    parsed = tuple(_layout_column(item) for item in items)
+    parsed = tuple(_layout_column(item, i) for i, item in enumerate(items))
     delimiter = _optional_str(document, "delimiter")
     if delimiter is not None and delimiter not in (",", ";", "\t", "|"):
-        raise LayoutError("layout.delimiter must be one of , ; TAB |")
+        raise LayoutError("layout.delimiter must be one of , ; TAB |", "layout.delimiter")
     has_header = document.get("header", True)
     if not isinstance(has_header, bool):
-        raise LayoutError("layout.header must be true or false")
+        raise LayoutError("layout.header must be true or false", "layout.header")
     unmapped = document.get("unmapped", "custom")
     if unmapped not in ("custom", "ignore"):
-        raise LayoutError("layout.unmapped must be 'custom' or 'ignore'")
-    return Layout(
-        parsed, delimiter, _optional_str(document, "encoding"), has_header, unmapped == "custom"
-    )
+        raise LayoutError("layout.unmapped must be 'custom' or 'ignore'", "layout.unmapped")
+    return Layout(parsed, delimiter, _layout_encoding(document), has_header, unmapped == "custom")
 
 
-def _layout_column(item: object) -> LayoutColumn:
+def _layout_encoding(document: Mapping[str, object]) -> str | None:
+    """The layout's charset, checked against Python's codec registry (``utf8x`` is refused)."""
+    encoding = _optional_str(document, "encoding")
+    if encoding is not None:
+        try:
+            codecs.lookup(encoding)
+        except LookupError:
+            raise LayoutError(
+                f"layout.encoding {encoding!r} is not a known character set", "layout.encoding"
+            ) from None
+    return encoding
+
+
+def _layout_column(item: object, position: int) -> LayoutColumn:
+    where = f"layout.columns.{position}"
     if isinstance(item, tuple):  # {"Header": "target"} form
         source, word = item
+        where = f"layout.columns.{source}"
     elif isinstance(item, Mapping):
+        _refuse_unknown_keys(item, _COLUMN_KEYS, where)
         source, word = item.get("column"), item.get("target")
     else:
-        raise LayoutError("each layout column must be an object {column, target}")
+        raise LayoutError("each layout column must be an object {column, target}", where)
     if isinstance(source, str) and source.strip().isdigit():
         source = int(source)
     if not isinstance(source, int | str) or isinstance(source, bool) or not isinstance(word, str):
-        raise LayoutError("a layout column needs 'column' (name or position) and 'target'")
+        raise LayoutError("a layout column needs 'column' (name or position) and 'target'", where)
     if isinstance(source, int) and source < 0:
-        raise LayoutError("a layout column position must be 0 or more")
-    return LayoutColumn(source, parse_target(word))
+        raise LayoutError("a layout column position must be 0 or more", where)
+    try:
+        return LayoutColumn(source, parse_target(word))
+    except LayoutError as exc:
+        raise LayoutError(str(exc), where) from None
 
 
 def _optional_str(document: Mapping[str, object], key: str) -> str | None:
@@ -163,7 +200,7 @@ def _optional_str(document: Mapping[str, object], key: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise LayoutError(f"layout.{key} must be a string")
+        raise LayoutError(f"layout.{key} must be a string", f"layout.{key}")
     return value
 
 

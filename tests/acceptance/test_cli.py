@@ -130,6 +130,26 @@ def test_gzip_jsonl_and_layout(db_dsn: str, tmp_path: Path) -> None:
     assert (code, doc["inserted"]) == (0, 1)
 
 
+@pytest.mark.parametrize(
+    ("document", "words"),
+    [
+        ({"delimeter": ";"}, "unknown key 'delimeter' in layout (did you mean 'delimiter'?)"),
+        ({"colums": {"Doc": "cpf_cnpj"}}, "unknown key 'colums' in layout"),
+        ({"columns": {"Doc": "cpf_cnjp"}}, "unknown layout target 'cpf_cnjp'"),
+    ],
+)
+async def test_a_misspelt_layout_is_refused_before_anything_runs(
+    db_dsn: str, tmp_path: Path, document: dict[str, object], words: str
+) -> None:
+    layout = tmp_path / "layout.json"
+    layout.write_text(json.dumps(document))
+    done = importer(db_dsn, "import", str(SAMPLE), "--client-id", "1", "--layout", str(layout))
+    assert done.returncode == 2
+    assert done.stderr.startswith("importer: "), done.stderr
+    assert words in done.stderr
+    assert (await fetch(db_dsn, "SELECT count(*) AS n FROM import_job"))[0]["n"] == 0
+
+
 def test_bad_arguments_are_refused(db_dsn: str) -> None:
     assert (
         importer(db_dsn, "import", str(SAMPLE), "--client-id", "1", "--chunk-size", "0").returncode

@@ -116,7 +116,15 @@ async def test_validation_errors_are_a_400_list(
     assert missing_file.json() == [{"field": "file", "message": "is required"}]
     bad_layout = await upload(http, bearer, b"cpf\n1\n", layout='{"columns": {"a": "nope"}}')
     assert bad_layout.status_code == 400
-    assert bad_layout.json()[0]["field"] == "layout"
+    assert bad_layout.json()[0]["field"] == "layout.columns.a"
+    misspelt = await upload(http, bearer, b"cpf\n1\n", layout='{"delimeter": ";"}')
+    assert misspelt.status_code == 400
+    assert misspelt.json() == [
+        {
+            "field": "layout.delimeter",
+            "message": "unknown key 'delimeter' in layout (did you mean 'delimiter'?)",
+        }
+    ]
     not_json = await http.post(
         "/v1/imports",
         content=b"{",

@@ -108,8 +108,12 @@ def test_layout_is_validated_like_the_cli_and_excludes_layout_id() -> None:
     assert problems == []
     assert parsed.layout == {"columns": {"Doc": "cpf_cnpj"}, "delimiter": ";"}
     _, problems = options(layout='{"columns": {"Doc": "nonsense"}}')
-    assert problems[0][0] == "layout"
+    assert problems[0][0] == "layout.columns.Doc"
     assert "nonsense" in problems[0][1]
+    _, problems = options(layout='{"delimeter": ";"}')
+    assert problems == [
+        ("layout.delimeter", "unknown key 'delimeter' in layout (did you mean 'delimiter'?)")
+    ]
     _, problems = options(layout="[1]")
     assert problems == [("layout", "must be a JSON object")]
     _, problems = options(layout="{", layout_id="1")
@@ -163,7 +167,10 @@ def test_layout_body() -> None:
     assert (name, document) == ("Main", {"columns": []})
     with pytest.raises(InvalidRequestError) as caught:
         parse_layout_body({"document": {"header": "yes"}, "extra": 1})
-    assert [f for f, _ in caught.value.problems] == ["extra", "name", "document"]
+    assert [f for f, _ in caught.value.problems] == ["extra", "name", "document.header"]
+    with pytest.raises(InvalidRequestError) as caught:
+        parse_layout_body({"name": "x", "document": {"colums": {}}})
+    assert [f for f, _ in caught.value.problems] == ["document.colums"]
 
 
 # --- file names and keys ----------------------------------------------------------------------

@@ -168,6 +168,43 @@ def test_bad_layouts_are_refused(document: dict[str, object]) -> None:
         parse_layout(document)
 
 
+@pytest.mark.parametrize(
+    ("document", "field", "words"),
+    [
+        ({"delimeter": ";"}, "layout.delimeter", "did you mean 'delimiter'"),
+        ({"colums": {"Doc": "cpf_cnpj"}}, "layout.colums", "did you mean 'columns'"),
+        ({"separator": ";"}, "layout.separator", "known: columns, delimiter"),
+        ({"columns": [{"column": 0, "taget": "name"}]}, "layout.columns.0.taget", "'target'"),
+        ({"columns": {"Zap": "whatsap"}}, "layout.columns.Zap", "did you mean 'whatsapp'"),
+        ({"columns": [{"column": 1, "target": "nome"}]}, "layout.columns.0", "unknown layout"),
+        ({"encoding": "utf8x"}, "layout.encoding", "not a known character set"),
+        ({"delimiter": "x"}, "layout.delimiter", "one of"),
+    ],
+)
+def test_misspelt_layouts_are_refused_by_name(
+    document: dict[str, object], field: str, words: str
+) -> None:
+    """A misspelt key, an unknown target or charset is refused, naming the part at fault."""
+    with pytest.raises(LayoutError) as refused:
+        parse_layout(document)
+    assert refused.value.field == field
+    assert words in str(refused.value)
+
+
+def test_every_known_layout_key_is_accepted() -> None:
+    layout = parse_layout(
+        {
+            "columns": [],
+            "delimiter": ";",
+            "encoding": "cp1252",
+            "header": True,
+            "unmapped": "ignore",
+        }
+    )
+    assert layout.delimiter == ";"
+    assert layout.encoding == "cp1252"
+
+
 def test_unmapped_ignore_keeps_aliases_only() -> None:
     layout = Layout(unmapped_as_custom=False)
     plan = plan_for_header(["cpf", "nome", "plano"], layout, 64)
