@@ -74,16 +74,35 @@ class TokenVerifier:
     rather than every request.
     """
 
-    __slots__ = ("_algorithm", "_keys")
+    __slots__ = ("_algorithm", "_audience", "_issuer", "_keys", "_required")
 
-    def __init__(self, *, secret: str | None = None, public_key_pem: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        secret: str | None = None,
+        public_key_pem: str | None = None,
+        audience: str | None = None,
+        issuer: str | None = None,
+    ) -> None:
         """``public_key_pem`` may hold several PEM blocks (RS256 key rotation): a token verifies
-        if any of them signed it. The algorithm stays pinned, so more keys add no confusion."""
+        if any of them signed it. The algorithm stays pinned, so more keys add no confusion.
+        With ``audience`` or ``issuer`` a token must carry that ``aud`` or ``iss`` (a token
+        minted for another service of the same identity provider is refused)."""
         self._algorithm, self._keys = _verification_keys(secret, public_key_pem)
+        self._audience = audience
+        self._issuer = issuer
+        self._required = ["exp", "sub"]
+        self._required += ["aud"] if audience is not None else []
+        self._required += ["iss"] if issuer is not None else []
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TokenVerifier:
-        return cls(secret=settings.jwt_secret, public_key_pem=settings.jwt_public_key)
+        return cls(
+            secret=settings.jwt_secret,
+            public_key_pem=settings.jwt_public_key,
+            audience=settings.jwt_audience,
+            issuer=settings.jwt_issuer,
+        )
 
     @property
     def algorithm(self) -> str:
@@ -103,7 +122,9 @@ class TokenVerifier:
                     token,
                     key,
                     algorithms=[self._algorithm],
-                    options={"require": ["exp", "sub"], "enforce_minimum_key_length": True},
+                    options={"require": self._required, "enforce_minimum_key_length": True},
+                    audience=self._audience,
+                    issuer=self._issuer,
                     leeway=LEEWAY_S,
                 )
             except jwt.InvalidSignatureError:
@@ -148,6 +169,8 @@ def mint_token(
     secret: str | None = None,
     private_key_pem: str | bytes | None = None,
     now: float | None = None,
+    audience: str | None = None,
+    issuer: str | None = None,
 ) -> str:
     """A token for ``principal``: HS256 with ``secret`` or RS256 with a PEM private key.
 
@@ -165,6 +188,8 @@ def mint_token(
         "iat": issued_at,
         "exp": issued_at + ttl_s,
     }
+    claims |= {"aud": audience} if audience is not None else {}
+    claims |= {"iss": issuer} if issuer is not None else {}
     return jwt.encode(claims, key, algorithm=algorithm)
 
 
@@ -249,6 +274,8 @@ _REASONS: tuple[tuple[type[jwt.PyJWTError], str], ...] = (
     (jwt.InvalidAlgorithmError, "token algorithm not accepted"),
     (jwt.InvalidSignatureError, "bad token signature"),
     (jwt.MissingRequiredClaimError, "token lacks a required claim"),
+    (jwt.InvalidAudienceError, "token audience not accepted"),
+    (jwt.InvalidIssuerError, "token issuer not accepted"),
     (InvalidSubjectError, "token sub must be a non-empty string"),
     (jwt.DecodeError, "malformed token"),
 )

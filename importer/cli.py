@@ -277,12 +277,18 @@ def _token(settings: Settings, args: argparse.Namespace) -> int:
             Permission(p) for p in args.permission or [Permission.CONTACT_IMPORT_CREATE]
         ),
     )
+    audience, issuer = settings.jwt_audience, settings.jwt_issuer
     if args.private_key is not None:
-        token = mint_token(principal, ttl_s=args.ttl, private_key_pem=args.private_key.read_bytes())
+        pem = args.private_key.read_bytes()
+        token = mint_token(
+            principal, ttl_s=args.ttl, private_key_pem=pem, audience=audience, issuer=issuer
+        )
     elif settings.jwt_secret is None:
         raise ConfigurationError("JWT_SECRET is not set (or pass --private-key FILE for RS256)")
     else:
-        token = mint_token(principal, ttl_s=args.ttl, secret=settings.jwt_secret)
+        token = mint_token(
+            principal, ttl_s=args.ttl, secret=settings.jwt_secret, audience=audience, issuer=issuer
+        )
     sys.stdout.write(token + "\n")
     return 0
 

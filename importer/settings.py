@@ -74,6 +74,9 @@ class Settings:
     # Bearer tokens: HS256 with a shared secret, or RS256 with a PEM public key.
     jwt_secret: str | None = None
     jwt_public_key: str | None = None
+    # When set, a token must name this audience (``aud``) / issuer (``iss``); else 401.
+    jwt_audience: str | None = None
+    jwt_issuer: str | None = None
     # Workers (`importer worker`, `importer serve`).
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     # How long a statement waits for a lock (then the batch is retried, then discarded).
@@ -127,6 +130,8 @@ class Settings:
             storage_dir=environ.get("IMPORTER_STORAGE_DIR") or DEFAULT_STORAGE_DIR,
             jwt_secret=environ.get("JWT_SECRET") or None,
             jwt_public_key=environ.get("JWT_PUBLIC_KEY") or None,
+            jwt_audience=environ.get("JWT_AUDIENCE") or None,
+            jwt_issuer=environ.get("JWT_ISSUER") or None,
             lease_seconds=_seconds(environ, "IMPORTER_LEASE_SECONDS", DEFAULT_LEASE_SECONDS),
             lock_timeout_ms=_int(environ, "IMPORTER_LOCK_TIMEOUT_MS", DEFAULT_LOCK_TIMEOUT_MS),
             max_imports_per_client=_int(

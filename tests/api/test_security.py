@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import pathlib
 import time
 import uuid
 from typing import Any
@@ -13,10 +14,12 @@ import orjson
 import pytest
 
 from importer.auth import Permission, Principal, mint_token
+from tests.api.conftest import start_server, stop_server
 from tests.api.support import (
     ADMIN,
     CREATE,
     HSM,
+    SECRET,
     auth,
     csv_bytes,
     token,
@@ -189,3 +192,32 @@ async def test_ids_that_are_not_ids_are_400(
     assert response.json()[0]["field"] == "job_id"
     response = await http.get("/v1/layouts/99999999999999999999", headers=auth(bearer))
     assert response.status_code == 400
+
+
+async def test_audience_and_issuer_are_enforced_over_http(
+    api_db: str, tmp_path: pathlib.Path
+) -> None:
+    """With JWT_AUDIENCE and JWT_ISSUER set, a token minted for another audience or by another
+    issuer (same key) is a 401; one naming both is accepted."""
+    claims = {"JWT_AUDIENCE": "importer-api", "JWT_ISSUER": "https://idp.example"}
+    running = start_server(
+        api_db, tmp_path / "serve.log", IMPORTER_STORAGE_DIR=str(tmp_path), **claims
+    )
+    principal = Principal("ana", 4242, frozenset({CREATE}))
+    try:
+        async with httpx.AsyncClient(base_url=running.url, timeout=10) as client:
+            for audience, issuer in [
+                (None, None),
+                ("other-api", "https://idp.example"),
+                ("importer-api", None),
+                ("importer-api", "https://evil.example"),
+            ]:
+                bearer = mint_token(principal, secret=SECRET, audience=audience, issuer=issuer)
+                refused = await client.get("/v1/imports", headers=auth(bearer))
+                assert refused.status_code == 401, (audience, issuer, refused.text)
+            bearer = mint_token(
+                principal, secret=SECRET, audience="importer-api", issuer="https://idp.example"
+            )
+            assert (await client.get("/v1/imports", headers=auth(bearer))).status_code == 200
+    finally:
+        stop_server(running)

@@ -347,3 +347,47 @@ def test_any_minted_token_verifies_to_the_same_principal(
 ) -> None:
     principal = Principal(user_id=user_id, client_id=client_id, permissions=permissions)
     assert TokenVerifier(secret=SECRET).verify(mint_token(principal, secret=SECRET)) == principal
+
+
+# --- audience and issuer (JWT_AUDIENCE, JWT_ISSUER) -------------------------------------------
+
+
+def _claims_token(**extra: object) -> str:
+    now = int(time.time())
+    claims = {"sub": "alice", "client_id": 42, "exp": now + 600, "iat": now, **extra}
+    return jwt.encode(claims, SECRET, algorithm="HS256")
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ({}, "token lacks the aud claim"),
+        ({"aud": "other-service", "iss": "https://idp.example"}, "token audience not accepted"),
+        ({"aud": "importer"}, "token lacks the iss claim"),
+        ({"aud": "importer", "iss": "https://evil.example"}, "token issuer not accepted"),
+    ],
+)
+def test_audience_and_issuer_are_enforced_when_set(extra: dict[str, object], reason: str) -> None:
+    verifier = TokenVerifier(secret=SECRET, audience="importer", issuer="https://idp.example")
+    with pytest.raises(AuthenticationError, match=f"^{reason}$"):
+        verifier.verify(_claims_token(**extra))
+
+
+def test_a_token_naming_the_audience_and_issuer_verifies() -> None:
+    verifier = TokenVerifier(secret=SECRET, audience="importer", issuer="https://idp.example")
+    token = _claims_token(aud=["importer", "crm"], iss="https://idp.example")
+    assert verifier.verify(token).client_id == 42
+    minted = mint_token(ALICE, secret=SECRET, audience="importer", issuer="https://idp.example")
+    assert verifier.verify(minted) == ALICE
+
+
+def test_audience_and_issuer_come_from_the_environment() -> None:
+    settings = Settings.from_environ(
+        {"JWT_SECRET": SECRET, "JWT_AUDIENCE": "importer", "JWT_ISSUER": "https://idp.example"}
+    )
+    verifier = TokenVerifier.from_settings(settings)
+    with pytest.raises(AuthenticationError, match="aud"):
+        verifier.verify(_claims_token())
+    assert verifier.verify(_claims_token(aud="importer", iss="https://idp.example")).user_id == (
+        "alice"
+    )
