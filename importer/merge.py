@@ -49,6 +49,9 @@ class BatchPlan:
     detail_inserts: list[tuple[int, Detail]] = field(default_factory=list)
     custom_inserts: list[tuple[int, str, str]] = field(default_factory=list)  # (id, name, value)
     custom_updates: list[tuple[int, str, str]] = field(default_factory=list)  # changed values
+    # Stored contacts' journey channels in the file, stored or new: (contact id, value). With new
+    # contacts' journey details they join the import's journey (seed 003 §9).
+    stored_journeys: list[tuple[int, str]] = field(default_factory=list)
 
     @property
     def new_keys(self) -> int:
@@ -124,6 +127,9 @@ def _plan_merge(plan: BatchPlan, contact: StoredContact, merged: MergedContact) 
         (contact.id, detail)
         for channel_value, detail in merged.details.items()
         if channel_value not in stored_details
+    )
+    plan.stored_journeys.extend(
+        (contact.id, value) for channel, value in merged.details if channel is Channel.JOURNEY
     )
     stored_values = contact.custom_fields
     for lower, (field_name, value) in merged.custom_fields.items():

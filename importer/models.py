@@ -204,6 +204,8 @@ class Job:
     # of its run is fenced by it.
     lease_owner: str | None = None
     cancel_requested: bool = False
+    # The journey the import feeds (seed 003 §9): its rows' journey channels join it.
+    journey_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from importer.exceptions import (
 from importer.models import (
     TERMINAL_STATUSES,
     Batch,
+    Channel,
     Checkpoint,
     ConflictStrategy,
     ContactRow,
@@ -633,6 +634,23 @@ class PostgresStore:
             if rows:
                 await conn.copy_records_to_table(table, records=rows, columns=columns)
         await self._update_stored(conn, client, plan)
+        if job.journey_id is not None:
+            await self._join_journey(conn, job, plan, ids)
+
+    async def _join_journey(
+        self, conn: Conn, job: Job, plan: merge.BatchPlan, new_ids: Sequence[int]
+    ) -> None:
+        """Seed 003 §9: every contact whose rows carry a journey channel joins the import's
+        journey classification, one ``journey_contact`` per (contact, journey detail). Idempotent
+        (a requeued run's batch links nothing twice)."""
+        links = list(plan.stored_journeys)
+        for contact_id, contact in zip(new_ids, plan.new_contacts, strict=True):
+            links += [(contact_id, v) for ch, v in contact.details if ch is Channel.JOURNEY]
+        if links:
+            contact_ids, values = zip(*sorted(links), strict=True)
+            await conn.execute(
+                self._q["join_journey"], job.id, job.client_id, list(contact_ids), list(values)
+            )
 
     async def _update_stored(self, conn: Conn, client: int, plan: merge.BatchPlan) -> None:
         if plan.contact_updates:
@@ -1016,4 +1034,5 @@ def job_from_row(row: asyncpg.Record) -> Job:
         has_internationalization=row["has_internationalization"],
         lease_owner=row["lease_owner"],
         cancel_requested=row["cancel_requested_at"] is not None,
+        journey_id=row["journey_id"],
     )

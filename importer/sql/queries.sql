@@ -72,6 +72,19 @@ CROSS JOIN LATERAL (
     FROM contact_custom_fields WHERE contact_id = c.id AND custom_field_id = ANY($3::int[])
 ) AS f;
 
+-- name: join_journey
+-- Seed 003 §9: the batch's contacts with a journey channel ($3 ids, $4 values, pairwise) join the
+-- journey classification of import $1; a link made before (a requeued run) is kept as it is.
+INSERT INTO journey_contact (journey_classification_contact_id, client_id, contact_id,
+                             contact_detail_id)
+SELECT c.id, $2, d.contact_id, d.id
+FROM journey_classification_contact c
+CROSS JOIN unnest($3::bigint[], $4::text[]) AS l (contact_id, value)
+JOIN contact_details d ON d.contact_id = l.contact_id AND d.channel_id = 4
+                      AND d.value = l.value AND d.deleted_at IS NULL
+WHERE c.import_job_id = $1
+ON CONFLICT (journey_classification_contact_id, contact_detail_id) DO NOTHING;
+
 -- name: analyze_contacts
 -- Run by the importer as its inserts outgrow the statistics (autovacuum may be off or late).
 -- Only `contact` is planned against (key lookups, updates by id); the other tables are reached

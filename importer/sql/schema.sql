@@ -275,6 +275,19 @@ CREATE TABLE IF NOT EXISTS journey_classification_contact (
     updated_at                  timestamptz NOT NULL DEFAULT now()
 );
 
+-- Seed 003 section 9: the contacts an import adds to its journey (those whose rows carry a
+-- journey channel), one row per (classification, journey detail).
+CREATE TABLE IF NOT EXISTS journey_contact (
+    id                                 bigserial PRIMARY KEY,
+    journey_classification_contact_id  bigint NOT NULL
+        REFERENCES journey_classification_contact (id) ON DELETE CASCADE,
+    client_id                          integer NOT NULL,
+    contact_id                         bigint NOT NULL REFERENCES contact (id),
+    contact_detail_id                  bigint NOT NULL REFERENCES contact_details (id),
+    created_at                         timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (journey_classification_contact_id, contact_detail_id)
+);
+
 -- Seed 003 section 10: a firing intent released only when its import completes.
 CREATE TABLE IF NOT EXISTS firing_intent (
     id             bigserial PRIMARY KEY,

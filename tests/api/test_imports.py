@@ -492,3 +492,82 @@ async def test_journey_waits_for_the_import_then_starts(
         uuid.UUID(str(job["id"])),
     )
     assert dict(classification) == {"status": "ACTIVE", "contact_amount": 2, "description": "j.csv"}
+
+
+async def test_journey_column_links_contacts_and_paused_waits(
+    http: httpx.AsyncClient, server: Server, client_ids: itertools.count[int]
+) -> None:
+    """Seed 003 §9: rows whose layout maps a journey column join the import's journey
+    classification (one journey_contact per contact and journey value, new or stored contact);
+    with auto start off the classification ends PAUSED."""
+    client = next(client_ids)
+    bearer = token(client)
+    (journey,) = await fetch(
+        server.dsn,
+        "INSERT INTO journey (client_id, name) VALUES ($1, 'onboarding') RETURNING id",
+        client,
+    )
+    first = csv_bytes(("nome", "cpf", "jornada"), [("A", cpf(1900), "")])
+    done = await upload(http, bearer, first, "before.csv")
+    assert (await wait_terminal(http, bearer, done.json()["id"]))["status"] == "completed"
+    rows = [("A", cpf(1900), "onb-a"), ("B", cpf(1901), "onb-b"), ("C", cpf(1902), "")]
+    response = await upload(
+        http,
+        bearer,
+        csv_bytes(("nome", "cpf", "jornada"), rows),
+        "journey.csv",
+        journey_id=str(journey["id"]),
+        auto_start_journey_mailing="false",
+    )
+    assert response.status_code == 202, response.text
+    job = await wait_terminal(http, bearer, response.json()["id"])
+    assert job["status"] == "completed"
+    job_id = uuid.UUID(str(job["id"]))
+    (classification,) = await fetch(
+        server.dsn,
+        "SELECT id, status, contact_amount FROM journey_classification_contact"
+        " WHERE import_job_id = $1",
+        job_id,
+    )
+    assert (classification["status"], classification["contact_amount"]) == ("PAUSED", 3)
+    linked = await fetch(
+        server.dsn,
+        "SELECT c.cpf_cnpj, d.value, d.channel_id, j.client_id FROM journey_contact j"
+        " JOIN contact c ON c.id = j.contact_id"
+        " JOIN contact_details d ON d.id = j.contact_detail_id"
+        " WHERE j.journey_classification_contact_id = $1 ORDER BY c.cpf_cnpj",
+        classification["id"],
+    )
+    assert [tuple(r) for r in linked] == [
+        (cpf(1900), "onb-a", 4, client),  # a stored contact joins too
+        (cpf(1901), "onb-b", 4, client),
+    ]
+
+
+async def test_email_intent_is_released_on_the_hsm_queue_with_the_email_channel(
+    http: httpx.AsyncClient, server: Server, client_ids: itertools.count[int]
+) -> None:
+    """Seed 003 §10: an e-mail firing intent waits for its import, then goes out as
+    ``hsm/importing-intent`` carrying the e-mail channel (3)."""
+    client = next(client_ids)
+    bearer = token(client, permissions=[HSM])
+    content = csv_bytes(HEADER, [("E", cpf(1950), "e@example.com", "")])
+    intent = orjson.dumps({"kind": "email", "params": {"template_id": "news"}}).decode()
+    response = await upload(http, bearer, content, path="/v1/hsm/intents/import", intent=intent)
+    assert response.status_code == 202, response.text
+    job = await wait_terminal(http, bearer, response.json()["id"])
+    assert job["status"] == "completed"
+    (firing,) = await fetch(
+        server.dsn,
+        "SELECT id, kind, released_at FROM firing_intent WHERE import_job_id = $1",
+        uuid.UUID(str(job["id"])),
+    )
+    assert firing["kind"] == "email"
+    assert firing["released_at"] is not None
+    (message,) = await fetch(
+        server.dsn,
+        "SELECT topic, payload FROM outbox WHERE message_id = $1",
+        f"firing:{firing['id']}",
+    )
+    assert message["topic"] == "hsm/importing-intent"
+    assert orjson.loads(message["payload"]) == {"id": firing["id"], "channelId": 3}
