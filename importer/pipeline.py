@@ -139,7 +139,10 @@ class BlockParser:
         if not self._started:
             self._started = True
             if block.startswith(_GZIP_MAGIC) or self._source_name.endswith(".gz"):
-                self._inflater = GzipInflater(self._config.limits.max_decompressed_bytes)
+                limits = self._config.limits
+                self._inflater = GzipInflater(
+                    limits.max_decompressed_bytes, max_ratio=limits.max_gzip_ratio
+                )
         self._pieces = self._inflater.feed_iter(block) if self._inflater else iter((block,))
 
     def pull(self) -> list[Batch] | None:
@@ -209,7 +212,7 @@ def _reader(
         (checkpoint.end_line, checkpoint.end_offset) if checkpoint is not None else (1, 0)
     )
     sniffed = sniff(
-        sample,
+        sample[:_SNIFF_BYTES],  # exactly: the same decision whatever the block size, resumed or not
         encoding=layout.encoding if layout else None,
         delimiter=layout.delimiter if layout else None,
     )
