@@ -188,8 +188,8 @@ class _Decoder:
     """
 
     __slots__ = (
-        *("_bom_left", "_decoder", "_encoding", "_watch"),
-        *("ascii_width", "byte_len", "escaped", "mojibake"),
+        *("_bom_left", "_decoder", "_watch", "ascii_width"),
+        *("byte_len", "encoding", "escaped", "mojibake"),
     )
 
     def __init__(self, sniffed: Sniffed, *, at_start: bool) -> None:
@@ -202,7 +202,7 @@ class _Decoder:
         self.ascii_width = width
         self.byte_len = _byte_counter(encoding)
         self.escaped = False  # whether the last block decoded had undecodable bytes
-        self._encoding = encoding
+        self.encoding = encoding  # the canonical codec name
         self._watch = encoding in _SINGLE_BYTE and encoding != "ascii"
         self.mojibake: str | None = None
 
@@ -220,7 +220,7 @@ class _Decoder:
     def _look_for_mojibake(self, data: bytes) -> None:
         found = _MOJIBAKE.search(data)
         if found is not None:
-            self.mojibake = found.group().decode(self._encoding, "backslashreplace")
+            self.mojibake = found.group().decode(self.encoding, "backslashreplace")
             self._watch = False  # once is enough: the warning is about the file
 
     def count_bytes(self, text: str) -> int:
@@ -506,6 +506,10 @@ class CsvReader:
         """The first UTF-8-read-as-Windows-1252 pattern met ("Ã§"), or None (see _Decoder)."""
         return self._decoder.mojibake
 
+    @property
+    def encoding(self) -> str:
+        return self._decoder.encoding
+
     def feed(self, data: bytes) -> list[RawRecord]:
         """The records completed by data, blank ones left out."""
         text, bom = self._decoder.decode(data)
@@ -770,6 +774,10 @@ class JsonlReader:
     def mojibake(self) -> str | None:
         """The first UTF-8-read-as-Windows-1252 pattern met ("Ã§"), or None (see _Decoder)."""
         return self._decoder.mojibake
+
+    @property
+    def encoding(self) -> str:
+        return self._decoder.encoding
 
     def feed(self, data: bytes) -> list[JsonRecord]:
         """The records completed by data, blank lines left out."""
