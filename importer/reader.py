@@ -82,14 +82,23 @@ _LONG_CHAR = re.compile("[\u0800-\ud7ff\ue000-\U0010ffff]")  # from three or fou
 # Corrupt sequences allowed per valid multi-byte one before a sample is taken for a code page:
 # real Windows-1252 pt-BR text has hundreds of accented letters per accidental valid pair.
 _CORRUPT_PER_VALID = 16
-# UTF-8 sequences that read as Windows-1252 show the usual mojibake: Ã + Latin-1 letter ("Ã§",
-# "Ã£", "Ã©"), Â + symbol ("Âº"), Å + Latin Extended-A, â€ + punctuation ("â€™", "â€œ"),
-# the euro sign's three bytes and ðŸ + two more (emoji). Real cp1252 text almost never holds them.
-_MOJIBAKE = re.compile(
-    rb"[\xc3\xc5][\x80-\xbf]|\xc2[\xa0-\xbf]|\xe2\x80[\x90-\xbf]|\xe2\x82\xac"
-    rb"|\xf0\x9f[\x80-\xbf][\x80-\xbf]"
-)
 _LONG_SEQUENCE_WEIGHT = 4  # a valid 3- or 4-byte sequence is far stronger evidence than 2 bytes
+# UTF-8 sequences that read as Windows-1252 show the usual mojibake: Ã, Â or Å + a byte 80-BF
+# ("Ã§", "Ã£", "Ã©", "Âº"), â + two ("â€™", "â€œ", the euro sign), ð + three (emoji: "ðŸ"...).
+# Real cp1252 text almost never holds them. Found by classing each byte (bytes.translate) and
+# looking for the class sequences with bytes.find: both C loops, some 30 times faster than re.
+_LEAD2, _LEAD3, _LEAD4, _CONT = b"L", b"E", b"F", b"c"
+_MOJIBAKE_CLASSES = bytes(
+    (
+        _LEAD2[0] if byte in (0xC2, 0xC3, 0xC5)
+        else _LEAD3[0] if byte == 0xE2
+        else _LEAD4[0] if byte == 0xF0
+        else _CONT[0] if 0x80 <= byte <= 0xBF
+        else ord(".")
+    )
+    for byte in range(256)
+)  # fmt: skip
+_MOJIBAKE = (_LEAD2 + _CONT, _LEAD3 + _CONT * 2, _LEAD4 + _CONT * 3)
 _ACCENTED_LETTER = re.compile(r"[^\W\d_a-zA-Z]")
 _ASCII_LETTER = re.compile("[a-zA-Z]")
 _MAX_ACCENTED_SHARE = 0.5  # accented letters per ASCII letter: pt-BR ~0.05, Cyrillic as 1252 ~10
@@ -218,9 +227,11 @@ class _Decoder:
         return text, bom
 
     def _look_for_mojibake(self, data: bytes) -> None:
-        found = _MOJIBAKE.search(data)
-        if found is not None:
-            self.mojibake = found.group().decode(self.encoding, "backslashreplace")
+        classes = data.translate(_MOJIBAKE_CLASSES)
+        found = [(at, len(seq)) for seq in _MOJIBAKE if (at := classes.find(seq)) >= 0]
+        if found:
+            at, length = min(found)
+            self.mojibake = data[at : at + length].decode(self.encoding, "backslashreplace")
             self._watch = False  # once is enough: the warning is about the file
 
     def count_bytes(self, text: str) -> int:
