@@ -101,7 +101,7 @@ def test_a_sequence_cut_by_the_sample_end_is_not_corruption() -> None:
 
 @given(st.text(min_size=1, max_size=200), st.integers(0, 800))
 def test_any_utf8_text_is_utf8_whatever_the_sample_cut(text: str, cut: int) -> None:
-    data = text.encode("utf-8", "surrogatepass").replace(b"\xed", b"e")  # no lone surrogates
+    data = text.encode()  # st.text() holds no lone surrogates
     assert prefers_utf8(utf8_evidence(data[: max(1, len(data) - cut % 4)]))
 
 
