@@ -205,12 +205,20 @@ def outcome_document(outcome: ImportOutcome) -> dict[str, object]:
     }
     if outcome.fail_reason is not None:
         document["fail_reason"] = outcome.fail_reason
+    if outcome.warnings:
+        document["warnings"] = [
+            {"code": w.code.value, "message": w.message} for w in outcome.warnings
+        ]
     return document
 
 
 def summary_table(outcome: ImportOutcome) -> Table:
     table = Table(title=f"import {outcome.job_id}", show_header=False)
     for key, value in outcome_document(outcome).items():
+        if key == "warnings":
+            for warning in outcome.warnings:
+                table.add_row(f"warning: {warning.code.value}", warning.message, style="yellow")
+            continue
         table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
     return table
 

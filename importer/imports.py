@@ -210,6 +210,7 @@ def job_document(view: JobView, now: dt.datetime) -> dict[str, object]:
             else None
         ),
         "fail_reason": view.fail_reason,
+        "warnings": [{"code": w.code.value, "message": w.message} for w in view.warnings],
         "cancel_requested": view.cancel_requested,
         "journey_id": view.journey_id,
         "tags": list(view.tags or ()),

@@ -93,6 +93,8 @@ class Reason(enum.StrEnum):
     CHUNK_DISCARDED = "chunk_discarded"
     # row error: the database refused this row alone (its batch was split down to it)
     ROW_REJECTED = "row_rejected"
+    # file-level warning: the job imports, a person should look (``Job.warnings``)
+    SUSPECT_ENCODING = "suspect_encoding"
     # file level
     EMPTY_FILE = "empty_file"
     MISSING_REQUIRED_COLUMN = "missing_required_column"
@@ -141,6 +143,18 @@ class RowIssue:
     reason: Reason
     value: str | None
     severity: Severity
+
+
+@dataclass(frozen=True, slots=True)
+class JobWarning:
+    """A file-level warning of a job (``import_job.warnings``): one per code."""
+
+    code: Reason  # SUSPECT_ENCODING
+    message: str
+
+    def as_issue(self) -> RowIssue:
+        """The warning as the first row of the error report: line 0, no column."""
+        return RowIssue(0, None, self.code, self.message, Severity.WARNING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +220,7 @@ class Job:
     cancel_requested: bool = False
     # The journey the import feeds (seed 003 §9): its rows' journey channels join it.
     journey_id: int | None = None
+    warnings: tuple[JobWarning, ...] = ()  # file-level warnings (suspect_encoding)
 
 
 @dataclass(frozen=True, slots=True)

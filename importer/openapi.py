@@ -68,6 +68,11 @@ class ProgressBody(BaseModel):
     percent: float | None
 
 
+class WarningBody(BaseModel):
+    code: Literal["suspect_encoding"]
+    message: str
+
+
 class JobBody(BaseModel):
     id: uuid.UUID
     status: JobStatus
@@ -81,6 +86,10 @@ class JobBody(BaseModel):
     progress: ProgressBody
     eta_s: float | None = Field(description="seconds left at the byte rate so far; null if unknown")
     fail_reason: str | None
+    warnings: list[WarningBody] = Field(
+        default_factory=list,
+        description="file-level warnings: the import ran, a person should look (see `code`)",
+    )
     cancel_requested: bool
     journey_id: int | None
     tags: list[str]

@@ -31,6 +31,7 @@ from importer.models import (
     InputFormat,
     Job,
     JobStatus,
+    JobWarning,
     Reason,
     RowIssue,
 )
@@ -139,7 +140,10 @@ class BlockParser:
         if not self._started:
             self._started = True
             if block.startswith(_GZIP_MAGIC) or self._source_name.endswith(".gz"):
-                self._inflater = GzipInflater(self._config.limits.max_decompressed_bytes)
+                limits = self._config.limits
+                self._inflater = GzipInflater(
+                    limits.max_decompressed_bytes, max_ratio=limits.max_gzip_ratio
+                )
         self._pieces = self._inflater.feed_iter(block) if self._inflater else iter((block,))
 
     def pull(self) -> list[Batch] | None:
@@ -183,6 +187,13 @@ class BlockParser:
         records = first.feed(head)
         return records[0] if records else None
 
+    def suspect_encoding(self) -> JobWarning | None:
+        """The file-level warning once the text read looks like UTF-8 read as a code page."""
+        reader = self._reader
+        if reader is None or reader.mojibake is None:
+            return None
+        return suspect_encoding_warning(reader.encoding, reader.mojibake)
+
     def _resumed(self, data: bytes) -> bytes:
         """The part of data at or after the checkpoint (all of it without one)."""
         start = self._position
@@ -191,6 +202,16 @@ class BlockParser:
         if checkpoint is None or start >= checkpoint.end_offset:
             return data
         return data[checkpoint.end_offset - start :]
+
+
+def suspect_encoding_warning(encoding: str, seen: str) -> JobWarning:
+    """The warning of a file decoded as a single-byte code page that holds UTF-8 sequences."""
+    return JobWarning(
+        Reason.SUSPECT_ENCODING,
+        f"the file was read as {encoding} but holds UTF-8 byte sequences (read as {seen!r}): "
+        "its accented names may be garbled; check them, or give the layout "
+        '"encoding": "utf-8" and import it again',
+    )
 
 
 def _check_size(bytes_read: int, limit: int) -> None:
@@ -209,7 +230,7 @@ def _reader(
         (checkpoint.end_line, checkpoint.end_offset) if checkpoint is not None else (1, 0)
     )
     sniffed = sniff(
-        sample,
+        sample[:_SNIFF_BYTES],  # exactly: the same decision whatever the block size, resumed or not
         encoding=layout.encoding if layout else None,
         delimiter=layout.delimiter if layout else None,
     )
@@ -407,6 +428,7 @@ class RunState:
     bytes_read: int = 0
     failure: FileRejectedError | None = None
     chunks: int = 0  # chunks of the file, once the reader reached its end
+    warned: bool = False  # the file-level suspect_encoding warning is recorded
 
 
 class ImportRun:
@@ -557,11 +579,13 @@ class ImportRun:
             parser.push(block)
             while (batches := await self._parse(parser)) is not None:
                 started = await self._ensure_started(parser.chunker, started)
+                await self._warn(parser)
                 await self._submit(batches, done)
             if self.stop.is_set():
                 return
         batches = await asyncio.to_thread(parser.finish)
         started = await self._ensure_started(parser.chunker, started)
+        await self._warn(parser)
         await self._submit(batches, done)
         self.state.chunks = parser.chunker.chunks
 
@@ -569,6 +593,17 @@ class ImportRun:
         """The next piece's batches, parsed in a thread once the throttle gives the turn."""
         await self._throttle.wait_turn()
         return await asyncio.to_thread(parser.pull)
+
+    async def _warn(self, parser: BlockParser) -> None:
+        """Record the file-level warning once, before the batches read with it are submitted
+        (so a checkpoint past it implies it is stored: a resumed run need not see it again)."""
+        if self.state.warned:
+            return
+        warning = parser.suspect_encoding()
+        if warning is not None:
+            self.state.warned = True
+            log.warning("suspect_encoding", job_id=str(self.job.id), detail=warning.message)
+            await self._store.add_warning(self.job.id, warning)
 
     async def _ensure_started(self, chunker: Chunker, started: bool) -> bool:
         """Create new custom fields before any batch using them; enter ``importing`` once."""

@@ -20,6 +20,7 @@ from importer.models import (
     InputFormat,
     Job,
     JobStatus,
+    JobWarning,
     Reason,
     RowIssue,
 )
@@ -87,6 +88,7 @@ class JobView:
     updated_at: dt.datetime
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
+    warnings: tuple[JobWarning, ...] = ()  # file-level warnings (suspect_encoding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +254,13 @@ class Store(Protocol):
         """
         ...
 
-    def row_issues(self, job_id: uuid.UUID) -> AsyncIterator[RowIssue]: ...
+    async def add_warning(self, job_id: uuid.UUID, warning: JobWarning) -> None:
+        """Record a file-level warning on the job, once per code (a repeat adds nothing)."""
+        ...
+
+    def row_issues(self, job_id: uuid.UUID) -> AsyncIterator[RowIssue]:
+        """The error report's rows by line: the job's file-level warnings first (line 0)."""
+        ...
 
 
 class JobQueue(Store, Protocol):

@@ -34,6 +34,7 @@ from importer.models import Reason
 RAW_CHARS = 200  # chars of a record's text kept for the error report
 DELIMITERS = (",", ";", "\t", "|")  # the sniffer's candidates, in order of preference on a tie
 PIECE_BYTES = 256 * 1024  # largest piece GzipInflater.feed_iter yields
+RATIO_AFTER_BYTES = 8 * 1024 * 1024  # GzipInflater's ratio guard starts past this much output
 _CSV_FIELD_LIMIT = 2**31 - 1  # csv's own cap, moved out of the way: ours is enforced by hand
 _ESCAPE = "importer.bytes"  # decoding error handler: undecodable byte b -> U+DC00 + b
 
@@ -75,7 +76,29 @@ _LATIN_CODE_PAGES = frozenset(
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BAD_CHAR = re.compile("[\x00\ud800-\udfff]")  # an undecodable byte or a NUL
 _QUOTED_SPAN = re.compile(r'"[^"]*"')
-_UNICODE_BEYOND_ASCII = re.compile("[\x80-\ud7ff\ue000-\U0010ffff]")  # decoded, not escaped
+_SURROGATE_RUN = re.compile("[\ud800-\udfff]+")  # one corrupt sequence: a run of escaped bytes
+_TWO_BYTE_CHAR = re.compile("[\x80-\u07ff]")  # decoded from a valid two-byte UTF-8 sequence
+_LONG_CHAR = re.compile("[\u0800-\ud7ff\ue000-\U0010ffff]")  # from three or four bytes
+# Corrupt sequences allowed per valid multi-byte one before a sample is taken for a code page:
+# real Windows-1252 pt-BR text has hundreds of accented letters per accidental valid pair.
+_CORRUPT_PER_VALID = 16
+_LONG_SEQUENCE_WEIGHT = 4  # a valid 3- or 4-byte sequence is far stronger evidence than 2 bytes
+# UTF-8 sequences that read as Windows-1252 show the usual mojibake: Ã, Â or Å + a byte 80-BF
+# ("Ã§", "Ã£", "Ã©", "Âº"), â + two ("â€™", "â€œ", the euro sign), ð + three (emoji: "ðŸ"...).
+# Real cp1252 text almost never holds them. Found by classing each byte (bytes.translate) and
+# looking for the class sequences with bytes.find: both C loops, some 30 times faster than re.
+_LEAD2, _LEAD3, _LEAD4, _CONT = b"L", b"E", b"F", b"c"
+_MOJIBAKE_CLASSES = bytes(
+    (
+        _LEAD2[0] if byte in (0xC2, 0xC3, 0xC5)
+        else _LEAD3[0] if byte == 0xE2
+        else _LEAD4[0] if byte == 0xF0
+        else _CONT[0] if 0x80 <= byte <= 0xBF
+        else ord(".")
+    )
+    for byte in range(256)
+)  # fmt: skip
+_MOJIBAKE = (_LEAD2 + _CONT, _LEAD3 + _CONT * 2, _LEAD4 + _CONT * 3)
 _ACCENTED_LETTER = re.compile(r"[^\W\d_a-zA-Z]")
 _ASCII_LETTER = re.compile("[a-zA-Z]")
 _MAX_ACCENTED_SHARE = 0.5  # accented letters per ASCII letter: pt-BR ~0.05, Cyrillic as 1252 ~10
@@ -167,9 +190,16 @@ def _byte_counter(encoding: str) -> Callable[[str], int]:
 
 
 class _Decoder:
-    """Bytes to text for one stream: drops the BOM, decodes incrementally, counts bytes back."""
+    """Bytes to text for one stream: drops the BOM, decodes incrementally, counts bytes back.
 
-    __slots__ = ("_bom_left", "_decoder", "ascii_width", "byte_len", "escaped")
+    A single-byte code page also watches the bytes for UTF-8 sequences typical of UTF-8 text
+    read as Windows-1252 ("Ã§", "â€™", "ðŸ" + 2): ``mojibake`` is the first found, as decoded.
+    """
+
+    __slots__ = (
+        *("_bom_left", "_decoder", "_watch", "ascii_width"),
+        *("byte_len", "encoding", "escaped", "mojibake"),
+    )
 
     def __init__(self, sniffed: Sniffed, *, at_start: bool) -> None:
         encoding = _canonical(sniffed.encoding)
@@ -181,6 +211,9 @@ class _Decoder:
         self.ascii_width = width
         self.byte_len = _byte_counter(encoding)
         self.escaped = False  # whether the last block decoded had undecodable bytes
+        self.encoding = encoding  # the canonical codec name
+        self._watch = encoding in _SINGLE_BYTE and encoding != "ascii"
+        self.mojibake: str | None = None
 
     def decode(self, data: bytes, *, final: bool = False) -> tuple[str, int]:
         """The text of data and the number of BOM bytes dropped from its start."""
@@ -189,7 +222,17 @@ class _Decoder:
         errors_before = _TALLY.decode_errors
         text = self._decoder.decode(data[bom:] if bom else data, final)
         self.escaped = _TALLY.decode_errors != errors_before
+        if self._watch:
+            self._look_for_mojibake(data)
         return text, bom
+
+    def _look_for_mojibake(self, data: bytes) -> None:
+        classes = data.translate(_MOJIBAKE_CLASSES)
+        found = [(at, len(seq)) for seq in _MOJIBAKE if (at := classes.find(seq)) >= 0]
+        if found:
+            at, length = min(found)
+            self.mojibake = data[at : at + length].decode(self.encoding, "backslashreplace")
+            self._watch = False  # once is enough: the warning is about the file
 
     def count_bytes(self, text: str) -> int:
         return len(text) * self.ascii_width if text.isascii() else self.byte_len(text)
@@ -223,10 +266,11 @@ def sniff(sample: bytes, *, encoding: str | None = None, delimiter: str | None =
     """Detect the encoding and the delimiter from the first bytes (e.g. 64 KiB) unless given.
 
     Encoding: a UTF-8/UTF-16/UTF-32 BOM; else UTF-8 if the sample is UTF-8 (a sequence cut at
-    the end is fine, and so are a few bad bytes among more valid multi-byte sequences); else
-    cp1252 if charset_normalizer's guess is a Latin single-byte code page or the sample reads
-    as Windows-1252 text with few accented letters; else UNSUPPORTED_ENCODING. A given name
-    must be one of the supported codecs; a BOM overrides it.
+    the end is fine, and so are corrupt sequences unless they outnumber the valid multi-byte
+    ones many times over: see ``prefers_utf8``); else cp1252 if charset_normalizer's guess is
+    a Latin single-byte code page or the sample reads as Windows-1252 text with few accented
+    letters; else UNSUPPORTED_ENCODING. A given name must be one of the supported codecs; a
+    BOM overrides it.
     Delimiter: the one of DELIMITERS occurring most outside quotes in the first non-blank
     record, "," when none does. An empty or blank sample is EMPTY_FILE.
     """
@@ -254,7 +298,7 @@ def _detect_encoding(sample: bytes) -> tuple[str, int]:
     codec, bom_length = _bom(sample)
     if codec is not None:
         return codec, bom_length
-    if _is_utf8(sample):
+    if prefers_utf8(utf8_evidence(sample)):
         return "utf-8", 0
     best = charset_normalizer.from_bytes(sample).best()
     if best is not None and not _LATIN_CODE_PAGES.isdisjoint(best.could_be_from_charset):
@@ -268,18 +312,46 @@ def _detect_encoding(sample: bytes) -> tuple[str, int]:
     )
 
 
-def _is_utf8(sample: bytes) -> bool:
-    """Whether the sample is UTF-8, allowing a few corrupt bytes among many valid sequences.
+@dataclass(frozen=True, slots=True)
+class Utf8Evidence:
+    """What strict UTF-8 decoding found in a sample: the valid multi-byte sequences (short:
+    two bytes; long: three or four) and the corrupt sequences (runs of undecodable bytes)."""
 
-    A sequence cut at the end of the sample is fine. Windows-1252 text almost never forms a
-    valid multi-byte sequence, so more valid ones than bad bytes means a damaged UTF-8 file,
-    whose bad records are then reported one by one.
+    short: int
+    long: int
+    corrupt: int
+
+
+def utf8_evidence(sample: bytes) -> Utf8Evidence:
+    """Count the sample's valid multi-byte UTF-8 sequences and its corrupt sequences.
+
+    The sample is decoded as a stream that goes on: a sequence cut by the sample's end is
+    neither valid nor corrupt (the sample is a file's first 64 KiB). Each run of undecodable
+    bytes counts once, whatever its length (a lone byte, a truncated or overlong sequence).
     """
     text = codecs.getincrementaldecoder("utf-8")(_ESCAPE).decode(sample)
     if text.isascii():
+        return Utf8Evidence(0, 0, 0)
+    return Utf8Evidence(
+        short=len(_TWO_BYTE_CHAR.findall(text)),
+        long=len(_LONG_CHAR.findall(text)),
+        corrupt=len(_SURROGATE_RUN.findall(text)),
+    )
+
+
+def prefers_utf8(evidence: Utf8Evidence) -> bool:
+    """Whether a sample with this evidence is UTF-8 (else: a single-byte code page).
+
+    No corrupt sequence (pure ASCII included): UTF-8. Windows-1252 text almost never forms a
+    valid multi-byte sequence (an accented capital followed by a symbol at best, and three or
+    four bytes in a row essentially never), while its accented letters are each a corrupt
+    sequence. So valid sequences are evidence of a (damaged) UTF-8 file unless the corrupt
+    ones outnumber them many times over: a few bad records in a small file never flip it.
+    """
+    if evidence.corrupt == 0:
         return True
-    bad = len(_SURROGATE.findall(text))
-    return bad == 0 or len(_UNICODE_BEYOND_ASCII.findall(text)) > bad
+    weight = evidence.short + _LONG_SEQUENCE_WEIGHT * evidence.long
+    return evidence.corrupt <= _CORRUPT_PER_VALID * weight
 
 
 def _reads_as_western(sample: bytes) -> bool:
@@ -439,6 +511,15 @@ class CsvReader:
     def buffered_chars(self) -> int:
         """Characters held between feeds (for tests of the memory bound)."""
         return len(self._buf)
+
+    @property
+    def mojibake(self) -> str | None:
+        """The first UTF-8-read-as-Windows-1252 pattern met ("Ã§"), or None (see _Decoder)."""
+        return self._decoder.mojibake
+
+    @property
+    def encoding(self) -> str:
+        return self._decoder.encoding
 
     def feed(self, data: bytes) -> list[RawRecord]:
         """The records completed by data, blank ones left out."""
@@ -700,6 +781,15 @@ class JsonlReader:
         """Characters held between feeds (for tests of the memory bound)."""
         return len(self._buf)
 
+    @property
+    def mojibake(self) -> str | None:
+        """The first UTF-8-read-as-Windows-1252 pattern met ("Ã§"), or None (see _Decoder)."""
+        return self._decoder.mojibake
+
+    @property
+    def encoding(self) -> str:
+        return self._decoder.encoding
+
     def feed(self, data: bytes) -> list[JsonRecord]:
         """The records completed by data, blank lines left out."""
         text, bom = self._decoder.decode(data)
@@ -802,12 +892,27 @@ class GzipInflater:
     piece whatever the ratio; ``feed`` joins them, so one 256 KiB block of zeros (~256 MB out)
     is held whole. The output passes the cap by at most one byte before the rejection. Damaged
     or truncated data is SOURCE_UNREADABLE.
+
+    With ``max_ratio``, once the stream has produced more than ``ratio_after_bytes`` the output
+    may not pass ``max_ratio`` times the compressed bytes consumed (counted over all members,
+    so a bomb of many small members is caught too): a bomb is DECOMPRESSED_TOO_LARGE after a
+    few MiB of work, not at the absolute cap. Small files are never held to the ratio.
     """
 
-    def __init__(self, max_output_bytes: int, *, piece_bytes: int = PIECE_BYTES) -> None:
+    def __init__(
+        self,
+        max_output_bytes: int,
+        *,
+        piece_bytes: int = PIECE_BYTES,
+        max_ratio: int | None = None,
+        ratio_after_bytes: int = RATIO_AFTER_BYTES,
+    ) -> None:
         self._cap = max_output_bytes
         self._piece = piece_bytes
+        self._max_ratio = max_ratio
+        self._ratio_after = ratio_after_bytes
         self._total = 0
+        self._total_in = 0  # compressed bytes consumed (padding between members left out)
         self._members = 0
         self._member: zlib._Decompress | None = None
 
@@ -859,9 +964,22 @@ class GzipInflater:
         except zlib.error as exc:
             raise FileRejected(Reason.SOURCE_UNREADABLE, f"corrupt gzip data: {exc}") from exc
         self._total += len(piece)
+        self._total_in += len(data) - len(member.unconsumed_tail) - len(member.unused_data)
         if self._total > self._cap:
             raise FileRejected(
                 Reason.DECOMPRESSED_TOO_LARGE,
                 f"decompressed size passes the cap of {self._cap} bytes",
             )
+        self._check_ratio()
         return piece
+
+    def _check_ratio(self) -> None:
+        ratio = self._max_ratio
+        if ratio is None or self._total <= self._ratio_after:
+            return
+        if self._total > ratio * max(self._total_in, 1):
+            raise FileRejected(
+                Reason.DECOMPRESSED_TOO_LARGE,
+                f"gzip expands more than {ratio} times ({self._total} bytes out of "
+                f"{self._total_in}): a decompression bomb",
+            )

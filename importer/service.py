@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import structlog
 
 from importer.exceptions import ChecksumMismatchError, FileRejectedError, ObjectNotFoundError
-from importer.models import ConflictStrategy, Counters, InputFormat, JobStatus, Reason
+from importer.models import ConflictStrategy, Counters, InputFormat, JobStatus, JobWarning, Reason
 from importer.pipeline import ImportRun, PipelineConfig
 from importer.ports import NewJob, ObjectStore, Progress, Source, Store
 from importer.settings import Settings
@@ -40,6 +40,7 @@ class ImportOutcome:
     counters: Counters
     fail_reason: str | None
     elapsed_s: float
+    warnings: tuple[JobWarning, ...] = ()  # file-level warnings (suspect_encoding)
 
     @property
     def succeeded(self) -> bool:
@@ -155,4 +156,6 @@ async def import_source(
             fail_reason=job.fail_reason,
             rows_per_s=rows_per_second(job.counters.rows_read, elapsed),
         )
-    return ImportOutcome(job.id, job.status, job.counters, job.fail_reason, elapsed)
+    return ImportOutcome(
+        job.id, job.status, job.counters, job.fail_reason, elapsed, warnings=job.warnings
+    )

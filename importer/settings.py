@@ -47,6 +47,8 @@ class Limits:
 
     max_file_bytes: int = 20 * 1024**3
     max_decompressed_bytes: int = 40 * 1024**3
+    # Past a few MiB of output, gzip expanding more than this many times is a bomb.
+    max_gzip_ratio: int = 200
     max_record_chars: int = 1024 * 1024
     max_field_chars: int = 64 * 1024
     max_columns: int = 512
@@ -109,6 +111,7 @@ class Settings:
             max_decompressed_bytes=_int(
                 environ, "IMPORTER_MAX_DECOMPRESSED_BYTES", d.max_decompressed_bytes
             ),
+            max_gzip_ratio=_int(environ, "IMPORTER_MAX_GZIP_RATIO", d.max_gzip_ratio),
             max_record_chars=_int(environ, "IMPORTER_MAX_RECORD_CHARS", d.max_record_chars),
             max_field_chars=_int(environ, "IMPORTER_MAX_FIELD_CHARS", d.max_field_chars),
             max_columns=_int(environ, "IMPORTER_MAX_COLUMNS", d.max_columns),

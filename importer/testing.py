@@ -30,6 +30,7 @@ from importer.models import (
     InputFormat,
     Job,
     JobStatus,
+    JobWarning,
     Reason,
     RowIssue,
     Severity,
@@ -286,6 +287,13 @@ class InMemoryStore:
         self.finalized[job_id] = Finalized(target, totals)
         return self.finalized[job_id]
 
+    async def add_warning(self, job_id: uuid.UUID, warning: JobWarning) -> None:
+        job = await self.get_job(job_id)
+        if all(w.code is not warning.code for w in job.warnings):
+            self.jobs[job_id] = replace(job, warnings=(*job.warnings, warning))
+
     async def row_issues(self, job_id: uuid.UUID) -> AsyncIterator[RowIssue]:
+        for warning in self.jobs[job_id].warnings:
+            yield warning.as_issue()
         for issue in sorted(self.issues[job_id], key=lambda i: i.line):
             yield issue

@@ -41,6 +41,7 @@ from importer.models import (
     InputFormat,
     Job,
     JobStatus,
+    JobWarning,
     Reason,
     RowIssue,
     Severity,
@@ -922,9 +923,18 @@ class PostgresStore:
 
     # --- reports ------------------------------------------------------------------------------
 
+    async def add_warning(self, job_id: uuid.UUID, warning: JobWarning) -> None:
+        with translated_errors():
+            await self._pool.execute(
+                self._q["add_job_warning"], job_id, warning.code.value, _text(warning.message)
+            )
+
     async def row_issues(self, job_id: uuid.UUID) -> AsyncIterator[RowIssue]:
         with translated_errors():
             async with pooled(self._pool) as conn, conn.transaction():
+                stored = await conn.fetchval(self._q["job_warnings"], job_id)
+                for warning in _warnings(stored):
+                    yield warning.as_issue()
                 async for r in conn.cursor(self._q["row_errors"], job_id, prefetch=2000):
                     yield RowIssue(
                         r["line"],
@@ -949,6 +959,16 @@ def _counters(row: asyncpg.Record, prefix: str = "") -> Counters:
 
 def _json(value: str | None) -> Any:
     return None if value is None else orjson.loads(value)
+
+
+def _warnings(value: str | None) -> tuple[JobWarning, ...]:
+    """import_job.warnings as JobWarnings (unknown codes skipped: a newer version's)."""
+    known = {reason.value for reason in Reason}
+    return tuple(
+        JobWarning(Reason(w["code"]), str(w["message"]))
+        for w in _json(value) or ()
+        if isinstance(w, dict) and w.get("code") in known
+    )
 
 
 def _job_values(new_job: NewJob, status: JobStatus) -> tuple[object, ...]:
@@ -1011,6 +1031,7 @@ def view_from_row(row: asyncpg.Record) -> JobView:
         updated_at=row["updated_at"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
+        warnings=_warnings(row["warnings"]),
     )
 
 
@@ -1035,4 +1056,5 @@ def job_from_row(row: asyncpg.Record) -> Job:
         lease_owner=row["lease_owner"],
         cancel_requested=row["cancel_requested_at"] is not None,
         journey_id=row["journey_id"],
+        warnings=_warnings(row["warnings"]),
     )

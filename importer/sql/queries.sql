@@ -254,6 +254,16 @@ UPDATE import_job SET created_custom_fields = created_custom_fields + $2 WHERE i
 -- name: get_job
 SELECT * FROM import_job WHERE id = $1;
 
+-- name: add_job_warning
+-- A file-level warning ($2 code, $3 message), once per code: a resumed or repeated run finding
+-- it again adds nothing.
+UPDATE import_job
+SET warnings = warnings || jsonb_build_array(jsonb_build_object('code', $2::text, 'message', $3::text))
+WHERE id = $1 AND NOT warnings @> jsonb_build_array(jsonb_build_object('code', $2::text));
+
+-- name: job_warnings
+SELECT warnings FROM import_job WHERE id = $1;
+
 -- name: done_batches
 SELECT chunk_no, partition, part FROM import_chunk WHERE job_id = $1;
 

@@ -149,6 +149,9 @@ ALTER TABLE import_job ADD COLUMN IF NOT EXISTS cancel_requested_at timestamptz;
 -- then be requeued, past the one-time gate).
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS run_generation integer NOT NULL DEFAULT 1;
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS data_removed_at timestamptz;
+-- File-level warnings, [{"code": ..., "message": ...}], one per code (suspect_encoding): shown
+-- by the status, the CLI summary and as the error report's first rows.
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS warnings jsonb NOT NULL DEFAULT '[]'::jsonb;
 
 -- History, newest first: the keyset (created_at, id) read backwards from the cursor, per client
 -- and per client and user. (The first index, (client_id, created_at DESC, id), could not serve

@@ -269,6 +269,32 @@ async def test_error_report_csv_is_neutralized_and_jsonl_is_raw(
     assert bad_format.status_code == 400
 
 
+async def test_a_utf8_file_read_as_cp1252_warns_in_the_status_and_the_report(
+    http: httpx.AsyncClient, client_ids: itertools.count[int]
+) -> None:
+    """Issue 11: the import runs, and suspect_encoding says a person should look."""
+    bearer = token(next(client_ids))
+    content = csv_bytes(HEADER, [("Conceição", cpf(510), "", ""), ("Ana", cpf(511), "", "")])
+    layout = orjson.dumps({"encoding": "cp1252"}).decode()
+    created = (await upload(http, bearer, content, layout=layout)).json()
+    job = await wait_terminal(http, bearer, created["id"])
+    assert job["status"] == "completed"
+    (warning,) = job["warnings"]  # type: ignore[misc]
+    assert warning["code"] == "suspect_encoding"
+    assert "Ã§" in warning["message"]
+    report = await http.get(f"/v1/imports/{created['id']}/errors", headers=auth(bearer))
+    first = next(csv.DictReader(io.StringIO(report.text)))
+    assert (first["line"], first["reason"], first["severity"]) == (
+        "0",
+        "suspect_encoding",
+        "warning",
+    )
+    jsonl = await http.get(
+        f"/v1/imports/{created['id']}/errors", params={"format": "jsonl"}, headers=auth(bearer)
+    )
+    assert orjson.loads(jsonl.text.splitlines()[0])["reason"] == "suspect_encoding"
+
+
 def put_object(server: Server, key: str, content: bytes) -> None:
     """Place a file in the server's bucket as another service of the platform would."""
     s3 = boto3.client(

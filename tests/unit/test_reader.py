@@ -9,6 +9,7 @@ import io
 import itertools
 import json
 import os
+import time
 import tracemalloc
 import zlib
 from collections.abc import Iterable, Iterator
@@ -713,3 +714,83 @@ def test_gzip_then_csv_reader() -> None:
             records += reader.feed(piece)
     records += reader.feed(inflater.finish()) + reader.finish()
     assert records == read_csv([data])
+
+
+# --- gzip: the ratio guard (issue 11, 7a) ------------------------------------------------------
+
+
+def zero_bomb(total: int, *, members: int = 1, step: int = MIB) -> Iterator[bytes]:
+    """A gzip stream of ``total`` zero bytes, compressed lazily a step at a time (never held)."""
+    zeros = bytes(step)
+    per_member = total // members
+    for _ in range(members):
+        packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+        for _ in range(per_member // step):
+            if block := packer.compress(zeros):
+                yield block
+        yield packer.flush()
+
+
+def ratio_inflater(max_ratio: int = 200) -> GzipInflater:
+    return GzipInflater(40 * 1024 * MIB, max_ratio=max_ratio)  # the default absolute cap
+
+
+@pytest.mark.parametrize("members", [1, 4096], ids=["one-member", "many-small-members"])
+def test_gzip_bomb_of_4_gib_fails_within_a_second_of_cpu(members: int) -> None:
+    inflater = ratio_inflater()
+    started = time.process_time()
+    pieces = (
+        p for block in zero_bomb(4 * 1024 * MIB, members=members) for p in inflater.feed_iter(block)
+    )
+    with pytest.raises(FileRejected) as caught:
+        collections.deque(pieces, maxlen=0)
+    assert time.process_time() - started < 1.0
+    assert caught.value.reason is Reason.DECOMPRESSED_TOO_LARGE
+    assert "200" in caught.value.detail
+    assert inflater.total_out < 16 * MIB
+
+
+def test_gzip_highly_compressible_but_small_file_is_not_held_to_the_ratio() -> None:
+    data = b"00000000000;Maria;maria@example.com\n" * (6 * MIB // 36)  # ~6 MiB, ratio ~300
+    packed = gzip.compress(data)
+    assert len(data) / len(packed) > 200
+    assert inflate(ratio_inflater(), blocks_of(packed, 64 * KIB)) == data
+
+
+def test_gzip_multi_member_file_past_the_threshold_with_a_normal_ratio() -> None:
+    rows = [f"{i * 7919 % 10**11:011d};Nome {i}\n" for i in range(500_000)]
+    parts = ["".join(rows[i::3]).encode() for i in range(3)]  # ~3 x 4 MiB
+    packed = b"".join(gzip.compress(part, compresslevel=1) for part in parts)
+    assert len(b"".join(parts)) > 8 * MIB
+    assert inflate(ratio_inflater(), blocks_of(packed, 256 * KIB)) == b"".join(parts)
+
+
+def test_gzip_ratio_is_a_setting() -> None:
+    from importer.settings import Limits, Settings
+
+    assert Limits().max_gzip_ratio == 200
+    assert Settings.from_environ({"IMPORTER_MAX_GZIP_RATIO": "50"}).limits.max_gzip_ratio == 50
+
+
+def test_the_pipeline_holds_gzip_to_the_ratio_setting() -> None:
+    import uuid
+
+    from importer.models import ConflictStrategy, InputFormat, Job, JobStatus
+    from importer.pipeline import BlockParser, PipelineConfig
+    from importer.settings import Limits
+
+    job = Job(uuid.uuid4(), 1, JobStatus.IMPORTING, ConflictStrategy.MERGE, "f.csv.gz",
+              InputFormat.CSV, 1000, 1)  # fmt: skip
+    parser = BlockParser(job, "f.csv.gz", PipelineConfig(limits=Limits()))
+    started = time.process_time()
+    with pytest.raises(FileRejectedError) as caught:
+        parse_all(parser, zero_bomb(4 * 1024 * MIB))
+    assert caught.value.reason is Reason.DECOMPRESSED_TOO_LARGE
+    assert time.process_time() - started < 1.0
+
+
+def parse_all(parser: Any, blocks: Iterable[bytes]) -> None:
+    for block in blocks:
+        parser.push(block)
+        while parser.pull() is not None:
+            pass
