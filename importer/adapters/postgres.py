@@ -669,17 +669,21 @@ class PostgresStore:
 
     # --- the API's jobs -----------------------------------------------------------------------
     # Every method is scoped by client: another client's job is exactly like a missing one.
+    # ``client_id`` None is the owner's command line (`importer status`, `importer history`).
 
-    async def view_job(self, client_id: int, job_id: uuid.UUID) -> JobView:
+    async def view_job(self, client_id: int | None, job_id: uuid.UUID) -> JobView:
+        query, args = (
+            ("view_any_job", (job_id,)) if client_id is None else ("view_job", (client_id, job_id))
+        )
         with translated_errors():
-            row = await self._pool.fetchrow(self._q["view_job"], client_id, job_id)
+            row = await self._pool.fetchrow(self._q[query], *args)
         if row is None:
             raise JobNotFoundError(f"import {job_id} does not exist")
         return view_from_row(row)
 
     async def list_jobs(
         self,
-        client_id: int,
+        client_id: int | None,
         *,
         user_id: str | None,
         statuses: Sequence[JobStatus] | None,
@@ -689,10 +693,14 @@ class PostgresStore:
         """Newest first by (created_at, id); ``before`` is the previous page's last item."""
         created_at, last_id = before or _NO_CURSOR
         wanted = lifecycle.values(statuses) if statuses is not None else None
-        args: tuple[object, ...] = (client_id, created_at, last_id, wanted, limit)
-        query = "list_jobs" if user_id is None else "list_user_jobs"
-        if user_id is not None:
-            args += (user_id,)
+        args: tuple[object, ...]
+        if client_id is None:
+            query, args = "list_any_jobs", (created_at, last_id, wanted, limit, user_id)
+        else:
+            args = (client_id, created_at, last_id, wanted, limit)
+            query = "list_jobs" if user_id is None else "list_user_jobs"
+            if user_id is not None:
+                args += (user_id,)
         with translated_errors():
             rows = await self._pool.fetch(self._q[query], *args)
         return [view_from_row(row) for row in rows]

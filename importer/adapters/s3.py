@@ -192,6 +192,9 @@ class S3ObjectStore:
         found, _ = await self._hash(key)
         return found
 
+    async def seal(self, key: str) -> tuple[StoredObject, str]:
+        return await self._hash(key)
+
     async def verify(self, key: str, size: int, sha256: str) -> str:
         """The ETag returned is the one of the response whose bytes were hashed."""
         found, etag = await self._hash(key)
