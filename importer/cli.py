@@ -20,7 +20,12 @@ from rich.table import Table
 
 from importer import admin, failpoints, runtime
 from importer.auth import DEFAULT_TTL_S, MAX_CLIENT_ID, Permission, Principal, mint_token
-from importer.exceptions import ConfigurationError, ImporterError, JobNotFoundError
+from importer.exceptions import (
+    ConfigurationError,
+    ImporterError,
+    JobNotFoundError,
+    ServiceUnreachableError,
+)
 from importer.logs import configure_logging
 from importer.models import ConflictStrategy, Counters, InputFormat, JobStatus
 from importer.service import (
@@ -31,7 +36,7 @@ from importer.service import (
     format_for,
     parse_s3_url,
 )
-from importer.settings import Settings
+from importer.settings import Settings, log_level_for
 from importer.validate import parse_layout
 
 
@@ -551,6 +556,8 @@ def _admin(settings: Settings, args: argparse.Namespace) -> int:
     failure is one line on stderr and exit 1."""
     try:
         document = uvloop.run(_admin_document(settings, args))
+    except ServiceUnreachableError:
+        raise  # a configuration error, said by main
     except ImporterError as exc:
         print(f"importer: {exc}", file=sys.stderr)
         return 1
@@ -573,9 +580,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:  # a bad variable or argument is a usage error, said in one line
         settings = Settings.from_environ(os.environ)
         args = build_parser(settings).parse_args(argv)
-        configure_logging(settings.log_format, settings.log_level)
+        configure_logging(settings.log_format, log_level_for(args.command, settings.log_level))
         failpoints.configure(settings.failpoints)
         return _run(settings, args)
+    except ServiceUnreachableError as exc:  # first contact: what was tried, why, what to do
+        print(f"importer: {exc.explained()}", file=sys.stderr)
+        return 2
     except ImporterError as exc:
         print(f"importer: {exc}", file=sys.stderr)
         return 2

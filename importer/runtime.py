@@ -22,7 +22,10 @@ from importer.adapters.localstore import LocalObjectStore
 from importer.adapters.outbox import PostgresOutbox
 from importer.adapters.postgres import PostgresStore, connect_pool, migrate
 from importer.admin import AdminService
-from importer.exceptions import ConfigurationError
+from importer.exceptions import (
+    AcceleratorError,
+    ConfigurationError,
+)
 from importer.fanout import BatchPublisher, ChunkHandler, FanoutSettings
 from importer.ports import (
     DeadLetterQueue,
@@ -44,12 +47,16 @@ from importer.service import (
     import_source,
 )
 from importer.settings import Settings
+from importer.unreachable import HINTS, mask_url
 from importer.worker import Worker
 
 if TYPE_CHECKING:
     from importer.adapters.redis import RedisAccelerator
 
 log = structlog.get_logger("importer.runtime")
+
+# How long the start-up look at Redis waits for its answer (it delays nothing meanwhile).
+REDIS_FIRST_CONTACT_S = 5.0
 
 
 @contextlib.asynccontextmanager
@@ -273,10 +280,29 @@ async def accelerator_running(settings: Settings) -> AsyncIterator[RedisAccelera
     from importer.adapters.redis import RedisAccelerator
 
     accelerator = RedisAccelerator.from_url(settings.redis_url, settings.rate_limit_per_minute)
+    probe = asyncio.create_task(
+        first_contact(accelerator, settings.redis_url), name="redis-first-contact"
+    )
     try:
         yield accelerator
     finally:
+        probe.cancel()
+        await asyncio.gather(probe, return_exceptions=True)
         await accelerator.aclose()
+
+
+async def first_contact(accelerator: RedisAccelerator, url: str) -> None:
+    """Say at once, without delaying the start, that the configured Redis does not answer:
+    the process goes on without it (it is an accelerator), the operator learns why."""
+    try:
+        await asyncio.wait_for(accelerator.ping(), REDIS_FIRST_CONTACT_S)
+    except (AcceleratorError, TimeoutError) as exc:
+        log.warning(
+            "redis_unreachable",
+            url=mask_url(url),
+            error=str(exc) or type(exc).__name__,
+            hint="running without Redis; " + " ".join(HINTS["Redis"][1]),
+        )
 
 
 def hinting(metrics: PipelineObserver, accelerator: RedisAccelerator | None) -> PipelineObserver:

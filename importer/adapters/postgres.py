@@ -22,6 +22,7 @@ from importer import failpoints, lifecycle, merge
 from importer.exceptions import (
     BatchAlreadyAppliedError,
     ContentRefusedError,
+    DatabaseUnreachableError,
     IllegalTransitionError,
     JobNotFoundError,
     LaneNotReadyError,
@@ -139,6 +140,16 @@ def translated_errors() -> Iterator[None]:
         raise StoreError(f"{type(exc).__name__}: {exc}") from exc
 
 
+@contextlib.contextmanager
+def unreachable(dsn: str) -> Iterator[None]:
+    """A connection that cannot be made (refused, no such host, timed out) as the server not
+    answering at ``dsn``: the command line says what was tried and what to do."""
+    try:
+        yield
+    except OSError as exc:  # ConnectionRefusedError, socket.gaierror, TimeoutError
+        raise DatabaseUnreachableError(dsn, f"{type(exc).__name__}: {exc}") from exc
+
+
 # Session settings of the batch connections, sent as startup parameters: they are the session's
 # defaults, so nothing (not even a RESET ALL) takes them away.
 # - synchronous_commit off: a batch's writes, counters and ledger mark are still atomic and WAL
@@ -161,7 +172,7 @@ async def connect_pool(
     ``lock_timeout_ms``: how long a statement waits for a lock before it fails (transient: the
     batch is retried, then discarded) — a lock held elsewhere never stalls an import forever.
     """
-    with translated_errors():
+    with translated_errors(), unreachable(dsn):
         pool = await asyncpg.create_pool(
             dsn,
             min_size=1,
@@ -188,7 +199,8 @@ async def _keep_session(conn: Conn) -> None:
 async def migrate(dsn: str) -> None:
     """Apply ``schema.sql`` (idempotent), serialized by an advisory lock."""
     with translated_errors():
-        conn = await asyncpg.connect(dsn)
+        with unreachable(dsn):
+            conn = await asyncpg.connect(dsn)
         try:
             await conn.execute("SET client_min_messages = warning")
             async with conn.transaction():
