@@ -53,6 +53,9 @@ def test_no_postgresql(tmp_path: Path) -> None:
     assert "importer db migrate" in done.stderr  # the README's way to a local server
     for args in (("db", "migrate"), ("status", "7c1f44e0-0000-4000-8000-000000000000")):
         explained(importer(dsn, *args), "PostgreSQL", "DATABASE_URL")
+    served = importer(dsn, "serve", "--port", str(free_port()), JWT_SECRET="x" * 40)
+    explained(served, "PostgreSQL", "DATABASE_URL")  # no traceback from uvicorn's start-up
+    assert "Application startup failed" not in served.stderr
 
 
 def test_no_rabbitmq(db_dsn: str) -> None:
