@@ -48,7 +48,12 @@ def _positive(raw: str) -> int:
 
 
 def build_parser(settings: Settings) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="importer", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="importer",
+        description="Import contact lists (CSV, JSONL, gzip) into PostgreSQL, exactly; serve the "
+        "HTTP API and its workers; look after imports.",
+        epilog="`importer COMMAND --help` describes a command's options and their defaults.",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     db = commands.add_parser("db", help="database schema")
     db.add_subparsers(dest="db_command", required=True).add_parser(
@@ -80,6 +85,13 @@ that does not answer included).
 """
 
 
+def _strategy(raw: str) -> ConflictStrategy:
+    try:
+        return ConflictStrategy.parse(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"merge or discard (or ignore), not {raw!r}") from None
+
+
 def _location(raw: str) -> Path | S3Location:
     """A local path, or ``s3://bucket/key``."""
     if not raw.startswith(S3_SCHEME):
@@ -96,7 +108,7 @@ def _add_import_parser(
     imp = commands.add_parser(
         "import",
         help="import a CSV/JSONL file (plain or .gz) or an s3:// object, in this process",
-        description="Import a contact list into PostgreSQL in this process: one job, COPY in "
+        description="Import a contact list into PostgreSQL in this process: one job, COPY in\n"
         "chunks, a live bar on a terminal and a summary at the end.",
         epilog=IMPORT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -109,12 +121,17 @@ def _add_import_parser(
         "(its size and sha256 sealed on the job, the bytes pinned while they are read)",
     )
     imp.add_argument(
-        "--client-id", type=int, required=True, help="the tenant the contacts belong to (required)"
+        "--client-id",
+        type=int,
+        required=True,
+        metavar="N",
+        help="the tenant the contacts belong to (required)",
     )
     imp.add_argument(
         "--strategy",
-        type=ConflictStrategy.parse,
+        type=_strategy,
         default=ConflictStrategy.MERGE,
+        metavar="merge|discard",
         help="an existing contact: merge updates it, discard leaves it (ignore = discard); "
         "default merge",
     )
@@ -154,7 +171,9 @@ def _add_import_parser(
         "value, formula-safe (default: none written)",
     )
     imp.add_argument(
-        "--user-id", help="the user the job is recorded for, as in the history (default: none)"
+        "--user-id",
+        metavar="U",
+        help="the user the job is recorded for, as in the history (default: none)",
     )
     imp.add_argument(
         "--international",
