@@ -136,6 +136,16 @@ def translated_errors() -> Iterator[None]:
         raise TransientStoreError(f"{type(exc).__name__}: {exc}") from exc
     except _CONTENT as exc:
         raise ContentRefusedError(f"{type(exc).__name__}: {exc}") from exc
+    except asyncpg.exceptions.UndefinedTableError as exc:  # first contact with a new database
+        raise StoreError(
+            f"{type(exc).__name__}: {exc}: the database has no importer schema yet; "
+            "run `importer db migrate` (on this DATABASE_URL)"
+        ) from exc
+    except asyncpg.exceptions.InvalidCatalogNameError as exc:
+        raise StoreError(
+            f"{type(exc).__name__}: {exc}: create it (`createdb`) and run `importer db migrate`, "
+            "or point DATABASE_URL at another"
+        ) from exc
     except asyncpg.PostgresError as exc:
         raise StoreError(f"{type(exc).__name__}: {exc}") from exc
 

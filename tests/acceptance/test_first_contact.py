@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import asyncpg
 import orjson
 import pytest
 
@@ -166,3 +167,23 @@ def test_the_command_line_prints_no_log_lines_by_default(db_dsn: str, tmp_path: 
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert orjson.loads(done.stdout)["status"] == "completed"
+
+
+async def test_a_database_without_the_schema_or_missing(db_dsn: str, tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "c.csv", ["nome", "cpf"], [["A", cpf(6300)]])
+    name = f"importer_empty_{os.getpid()}"
+    admin = db_dsn.rsplit("/", 1)[0] + "/postgres"
+    connection = await asyncpg.connect(admin)
+    try:
+        await connection.execute(f'CREATE DATABASE "{name}"')
+        empty = importer(
+            db_dsn.rsplit("/", 1)[0] + f"/{name}", "import", str(path), "--client-id", "1"
+        )
+    finally:
+        await connection.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        await connection.close()
+    assert empty.returncode == 2
+    assert "run `importer db migrate`" in empty.stderr, empty.stderr
+    missing = importer(db_dsn.rsplit("/", 1)[0] + "/importer_no_such_db", "history")
+    assert missing.returncode == 2
+    assert "does not exist: create it" in missing.stderr, missing.stderr
