@@ -16,6 +16,7 @@ UNIQUE message id would refuse a second.
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import uuid
 from collections.abc import Mapping, Sequence
@@ -24,8 +25,9 @@ from typing import Protocol
 
 from importer.auth import Permission, Principal
 from importer.exceptions import NoBrokerError
+from importer.imports import job_document
 from importer.models import TERMINAL_STATUSES, JobStatus
-from importer.ports import DeadLetter, DeadLetterQueue, RemovedData, Requeued
+from importer.ports import DeadLetter, DeadLetterQueue, JobView, RemovedData, Requeued
 
 # Dead letters one look (or replay) takes from the queue at most: they are held unacknowledged
 # until it ends, so the bound keeps a deep queue from being held whole.
@@ -46,6 +48,58 @@ class AdminStore(Protocol):
     async def job_statuses(
         self, client_id: int | None, job_ids: Sequence[uuid.UUID]
     ) -> dict[uuid.UUID, tuple[int, JobStatus]]: ...
+
+
+class JobReader(Protocol):
+    """The API's job reads (``importer.imports.JobStore``) with ``client_id`` None: any client."""
+
+    async def view_job(self, client_id: int | None, job_id: uuid.UUID) -> JobView: ...
+
+    async def list_jobs(
+        self,
+        client_id: int | None,
+        *,
+        user_id: str | None,
+        statuses: Sequence[JobStatus] | None,
+        before: tuple[dt.datetime, uuid.UUID] | None,
+        limit: int,
+    ) -> list[JobView]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryFilter:
+    """``importer history``'s options: every filter optional, newest first."""
+
+    client_id: int | None = None
+    user_id: str | None = None
+    statuses: tuple[JobStatus, ...] = ()
+    limit: int = DEFAULT_LIST_LIMIT
+
+
+async def job_status(jobs: JobReader, job_id: uuid.UUID, now: dt.datetime) -> dict[str, object]:
+    """``importer status JOB``: the API's status document of any client's job."""
+    return owner_job_document(await jobs.view_job(None, job_id), now)
+
+
+async def job_history(
+    jobs: JobReader, wanted: HistoryFilter, now: dt.datetime
+) -> dict[str, object]:
+    """``importer history``: the API's history items, newest first; ``more`` when cut short."""
+    views = await jobs.list_jobs(
+        wanted.client_id,
+        user_id=wanted.user_id,
+        statuses=wanted.statuses or None,
+        before=None,
+        limit=wanted.limit + 1,
+    )
+    items = [owner_job_document(view, now) for view in views[: wanted.limit]]
+    return {"items": items, "more": len(views) > wanted.limit}
+
+
+def owner_job_document(view: JobView, now: dt.datetime) -> dict[str, object]:
+    """The API's document of the job (the same builder: CLI and API agree), and its client:
+    the owner's commands see every client's jobs."""
+    return {"id": str(view.id), "client_id": view.client_id, **job_document(view, now)}
 
 
 class Verdict(enum.StrEnum):

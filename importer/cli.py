@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import gc
 import os
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import orjson
@@ -19,11 +20,23 @@ from rich.table import Table
 
 from importer import admin, failpoints, runtime
 from importer.auth import DEFAULT_TTL_S, MAX_CLIENT_ID, Permission, Principal, mint_token
-from importer.exceptions import ConfigurationError, ImporterError
+from importer.exceptions import (
+    ConfigurationError,
+    ImporterError,
+    JobNotFoundError,
+    ServiceUnreachableError,
+)
 from importer.logs import configure_logging
-from importer.models import ConflictStrategy, Counters, InputFormat
-from importer.service import ImportOutcome, ImportRequest, format_for
-from importer.settings import Settings
+from importer.models import ConflictStrategy, Counters, InputFormat, JobStatus
+from importer.service import (
+    S3_SCHEME,
+    ImportOutcome,
+    ImportRequest,
+    S3Location,
+    format_for,
+    parse_s3_url,
+)
+from importer.settings import Settings, log_level_for
 from importer.validate import parse_layout
 
 
@@ -35,35 +48,19 @@ def _positive(raw: str) -> int:
 
 
 def build_parser(settings: Settings) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="importer", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="importer",
+        description="Import contact lists (CSV, JSONL, gzip) into PostgreSQL, exactly; serve the "
+        "HTTP API and its workers; look after imports.",
+        epilog="`importer COMMAND --help` describes a command's options and their defaults.",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     db = commands.add_parser("db", help="database schema")
     db.add_subparsers(dest="db_command", required=True).add_parser(
         "migrate", help="apply schema.sql (idempotent)"
     )
-    imp = commands.add_parser("import", help="import a CSV/JSONL file (plain or .gz)")
-    imp.add_argument("path", type=Path)
-    imp.add_argument("--client-id", type=int, required=True)
-    imp.add_argument(
-        "--strategy",
-        type=ConflictStrategy.parse,
-        default=ConflictStrategy.MERGE,
-        help="merge (default) or discard (ignore is accepted as discard)",
-    )
-    imp.add_argument("--layout", type=Path, help="JSON layout: columns, delimiter, encoding")
-    imp.add_argument(
-        "--format", choices=[f.value for f in InputFormat], help="default: from the file name"
-    )
-    imp.add_argument("--chunk-size", type=_positive, default=settings.chunk_size)
-    imp.add_argument("--concurrency", type=_positive, default=settings.concurrency)
-    imp.add_argument("--errors-out", type=Path, help="write the error report (CSV) here")
-    imp.add_argument("--user-id")
-    imp.add_argument(
-        "--international",
-        action="store_true",
-        help="phones carry their +country code (no default region)",
-    )
-    imp.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    _add_import_parser(commands, settings)
+    _add_read_parsers(commands)
     _add_token_parser(commands)
     _add_serve_parser(commands)
     _add_admin_parsers(commands)
@@ -77,6 +74,151 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         help="imports run at once by this process (default: IMPORTER_WORKERS, 1)",
     )
     return parser
+
+
+IMPORT_EPILOG = """\
+environment: DATABASE_URL (the database), IMPORTER_CHUNK_SIZE and IMPORTER_CONCURRENCY (the
+defaults above), S3_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION (for
+s3:// sources), IMPORTER_LOG_LEVEL (default warning), IMPORTER_LOG_FORMAT (console or json).
+exit status: 0 the job completed, 1 it failed, 2 a usage or configuration error (a service
+that does not answer included).
+"""
+
+
+def _strategy(raw: str) -> ConflictStrategy:
+    try:
+        return ConflictStrategy.parse(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"merge or discard (or ignore), not {raw!r}") from None
+
+
+def _location(raw: str) -> Path | S3Location:
+    """A local path, or ``s3://bucket/key``."""
+    if not raw.startswith(S3_SCHEME):
+        return Path(raw)
+    try:
+        return parse_s3_url(raw)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_import_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], settings: Settings
+) -> None:
+    imp = commands.add_parser(
+        "import",
+        help="import a CSV/JSONL file (plain or .gz) or an s3:// object, in this process",
+        description="Import a contact list into PostgreSQL in this process: one job, COPY in\n"
+        "chunks, a live bar on a terminal and a summary at the end.",
+        epilog=IMPORT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    imp.add_argument(
+        "path",
+        type=_location,
+        metavar="PATH|s3://BUCKET/KEY",
+        help="a local file, or an object read through the S3 settings of the environment "
+        "(its size and sha256 sealed on the job, the bytes pinned while they are read)",
+    )
+    imp.add_argument(
+        "--client-id",
+        type=int,
+        required=True,
+        metavar="N",
+        help="the tenant the contacts belong to (required)",
+    )
+    imp.add_argument(
+        "--strategy",
+        type=_strategy,
+        default=ConflictStrategy.MERGE,
+        metavar="merge|discard",
+        help="an existing contact: merge updates it, discard leaves it (ignore = discard); "
+        "default merge",
+    )
+    imp.add_argument(
+        "--layout",
+        type=Path,
+        metavar="FILE",
+        help="JSON layout: columns to targets, delimiter, encoding, header (default: the "
+        "header mapped by its aliases, the encoding and delimiter sniffed)",
+    )
+    imp.add_argument(
+        "--format",
+        choices=[f.value for f in InputFormat],
+        help="default: from the name (.jsonl/.ndjson, optionally .gz, is jsonl; else csv)",
+    )
+    imp.add_argument(
+        "--chunk-size",
+        type=_positive,
+        default=settings.chunk_size,
+        metavar="N",
+        help="rows per chunk, one transaction each (any N >= 1; default %(default)s, "
+        "IMPORTER_CHUNK_SIZE)",
+    )
+    imp.add_argument(
+        "--concurrency",
+        type=_positive,
+        default=settings.concurrency,
+        metavar="N",
+        help="consumers writing at once, one key partition each (default %(default)s, "
+        "IMPORTER_CONCURRENCY)",
+    )
+    imp.add_argument(
+        "--errors-out",
+        type=Path,
+        metavar="FILE",
+        help="write the per-row error report here as CSV: line, column, reason, severity, "
+        "value, formula-safe (default: none written)",
+    )
+    imp.add_argument(
+        "--user-id",
+        metavar="U",
+        help="the user the job is recorded for, as in the history (default: none)",
+    )
+    imp.add_argument(
+        "--international",
+        action="store_true",
+        help="phones carry their +country code (default: Brazilian numbers, region BR)",
+    )
+    imp.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object on stdout instead of the bar and the table",
+    )
+
+
+def _add_read_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``importer status`` and ``importer history``: the owner's reads, any client's jobs."""
+    status = commands.add_parser(
+        "status",
+        help="one import's status, counters, progress, ETA and fail reason (DATABASE_URL)",
+    )
+    status.add_argument("job_id", type=_job_id, metavar="JOB", help="the import's id")
+    status.add_argument(
+        "--json", action="store_true", help="print the API's status document as JSON"
+    )
+    history = commands.add_parser(
+        "history", help="imports newest first, every client's unless filtered (DATABASE_URL)"
+    )
+    history.add_argument(
+        "--client-id", type=_client_id, metavar="N", help="only this client's (default: all)"
+    )
+    history.add_argument("--user-id", metavar="U", help="only this user's (default: all)")
+    history.add_argument(
+        "--status",
+        action="append",
+        choices=[s.value for s in JobStatus],
+        metavar="S",
+        help="only jobs in this status; repeatable (default: any)",
+    )
+    history.add_argument(
+        "--limit",
+        type=_positive,
+        default=admin.DEFAULT_LIST_LIMIT,
+        metavar="N",
+        help="at most N imports (default %(default)s)",
+    )
+    history.add_argument("--json", action="store_true", help="print {items, more} as JSON")
 
 
 def _non_empty(raw: str) -> str:
@@ -97,22 +239,39 @@ def _add_token_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "token",
         help="mint a bearer token for local use (HS256 with JWT_SECRET, or RS256 with a key file)",
     )
-    token.add_argument("--client-id", type=_client_id, required=True)
-    token.add_argument("--user-id", type=_non_empty, required=True)
+    token.add_argument(
+        "--client-id", type=_client_id, required=True, help="the token's tenant (required)"
+    )
+    token.add_argument(
+        "--user-id", type=_non_empty, required=True, help="the token's user (required)"
+    )
     token.add_argument(
         "--permission",
         action="append",
         choices=[p.value for p in Permission],
         help=f"repeatable; default {Permission.CONTACT_IMPORT_CREATE.value}",
     )
-    token.add_argument("--ttl", type=_positive, default=DEFAULT_TTL_S, help="seconds")
-    token.add_argument("--private-key", type=Path, help="PEM RSA private key: sign with RS256")
+    token.add_argument(
+        "--ttl",
+        type=_positive,
+        default=DEFAULT_TTL_S,
+        help="lifetime in seconds (default %(default)s)",
+    )
+    token.add_argument(
+        "--private-key",
+        type=Path,
+        help="PEM RSA private key: sign with RS256 (default: HS256 with JWT_SECRET)",
+    )
 
 
 def _add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = commands.add_parser("serve", help="the HTTP API and the job workers (uvicorn, uvloop)")
-    serve.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1")
-    serve.add_argument("--port", type=_positive, default=8000, help="default 8000")
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default %(default)s)"
+    )
+    serve.add_argument(
+        "--port", type=_positive, default=8000, help="the port to listen on (default %(default)s)"
+    )
 
 
 def _job_id(raw: str) -> uuid.UUID:
@@ -131,20 +290,25 @@ def _add_admin_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="a failed or cancelled import (or a completed one whose data was removed) back to "
         "queued: the next run resumes from its ledger",
     )
-    requeue.add_argument("job_id", type=_job_id)
+    requeue.add_argument("job_id", type=_job_id, metavar="JOB", help="the import's id")
     remove = job_commands.add_parser(
         "remove-data",
         help="soft-delete the contacts an ended import created and clear its ledger (idempotent)",
     )
-    remove.add_argument("job_id", type=_job_id)
+    remove.add_argument("job_id", type=_job_id, metavar="JOB", help="the import's id")
     dlq = commands.add_parser("dlq", help="the dead-letter queue of chunk messages (RABBITMQ_URL)")
     dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True)
     listing = dlq_commands.add_parser("list", help="look at dead letters without consuming them")
-    listing.add_argument("--limit", type=_positive, default=admin.DEFAULT_LIST_LIMIT)
+    listing.add_argument(
+        "--limit",
+        type=_positive,
+        default=admin.DEFAULT_LIST_LIMIT,
+        help="at most this many letters (default %(default)s)",
+    )
     replay = dlq_commands.add_parser(
         "replay", help="republish the dead letters of running imports to the main queue"
     )
-    replay.add_argument("--job", type=_job_id, help="only this import's")
+    replay.add_argument("--job", type=_job_id, help="only this import's (default: every one's)")
 
 
 class TerminalProgress:
@@ -276,6 +440,118 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if outcome.succeeded else 1
 
 
+def flat_fields(document: Mapping[str, object], prefix: str = "") -> list[tuple[str, str]]:
+    """A document's fields as (name, text) rows, nested ones as ``parent.child``; absent values
+    (None, empty lists) left out. Whatever fields the document has are shown."""
+    rows: list[tuple[str, str]] = []
+    for key, value in document.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            rows.extend(flat_fields(value, f"{name}."))
+        elif value is None or value in ([], ()):
+            continue
+        elif isinstance(value, bool):
+            rows.append((name, "yes" if value else "no"))
+        elif isinstance(value, int):
+            rows.append((name, f"{value:,}"))
+        elif isinstance(value, list | tuple):
+            rows.append((name, ", ".join(_text(v) for v in value)))
+        else:
+            rows.append((name, _text(value)))
+    return rows
+
+
+def _text(value: object) -> str:
+    if isinstance(value, Mapping | list):
+        return orjson.dumps(value).decode()
+    return str(value)
+
+
+def status_table(document: Mapping[str, object]) -> Table:
+    table = Table(title=f"import {document.get('id', '')}", show_header=False)
+    for name, text in flat_fields(document):
+        table.add_row(name, text)
+    return table
+
+
+HISTORY_COLUMNS = ("id", "client", "user", "status", "file", "rows", "%", "created (UTC)")
+
+
+def history_row(item: Mapping[str, object]) -> tuple[str, ...]:
+    counters = item.get("counters")
+    progress = item.get("progress")
+    rows = counters.get("rows_read") if isinstance(counters, Mapping) else None
+    percent = progress.get("percent") if isinstance(progress, Mapping) else None
+    cells = (
+        item.get("id"),
+        item.get("client_id"),
+        item.get("user_id"),
+        item.get("status"),
+        item.get("filename"),
+        f"{rows:,}" if isinstance(rows, int) else rows,
+        percent,
+        _minute(item.get("created_at")),
+    )
+    return tuple("" if cell is None else str(cell) for cell in cells)
+
+
+def _minute(moment: object) -> object:
+    """An ISO 8601 time to the minute, for a table cell."""
+    if not isinstance(moment, str):
+        return moment
+    try:
+        parsed = dt.datetime.fromisoformat(moment)
+    except ValueError:
+        return moment
+    return parsed.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def history_table(document: Mapping[str, object]) -> Table:
+    table = Table(title="imports, newest first")
+    for column in HISTORY_COLUMNS:
+        table.add_column(column, no_wrap=column in ("id", "status", "created (UTC)"))
+    items = document.get("items")
+    for item in items if isinstance(items, list) else []:
+        table.add_row(*history_row(item))
+    if document.get("more"):
+        table.caption = "more: raise --limit or filter"
+    return table
+
+
+def _read(settings: Settings, args: argparse.Namespace) -> int:
+    """``importer status`` and ``importer history``: the API's documents, read straight from
+    DATABASE_URL (no token, any client); a missing job is one line on stderr and exit 1."""
+    try:
+        document = uvloop.run(_read_document(settings, args))
+    except JobNotFoundError as exc:
+        print(f"importer: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        sys.stdout.write(orjson.dumps(document).decode() + "\n")
+    elif args.command == "status":
+        Console().print(status_table(document))
+    else:
+        console = Console()  # a pipe gets 80 columns from rich: too few for a history row
+        Console(width=max(console.width, 132) if not console.is_terminal else None).print(
+            history_table(document)
+        )
+    return 0
+
+
+async def _read_document(settings: Settings, args: argparse.Namespace) -> dict[str, object]:
+    now = dt.datetime.now(dt.UTC)
+    async with runtime.job_reader(settings) as jobs:
+        if args.command == "status":
+            return await admin.job_status(jobs, args.job_id, now)
+        wanted = admin.HistoryFilter(
+            client_id=args.client_id,
+            user_id=args.user_id,
+            statuses=tuple(JobStatus(s) for s in dict.fromkeys(args.status or ())),
+            limit=args.limit,
+        )
+        return await admin.job_history(jobs, wanted, now)
+
+
 def _token(settings: Settings, args: argparse.Namespace) -> int:
     """Print a token the local API accepts, so the README's curl flow needs no identity provider."""
     principal = Principal(
@@ -313,6 +589,8 @@ def _admin(settings: Settings, args: argparse.Namespace) -> int:
     failure is one line on stderr and exit 1."""
     try:
         document = uvloop.run(_admin_document(settings, args))
+    except ServiceUnreachableError:
+        raise  # a configuration error, said by main
     except ImporterError as exc:
         print(f"importer: {exc}", file=sys.stderr)
         return 1
@@ -335,9 +613,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:  # a bad variable or argument is a usage error, said in one line
         settings = Settings.from_environ(os.environ)
         args = build_parser(settings).parse_args(argv)
-        configure_logging(settings.log_format, settings.log_level)
+        configure_logging(settings.log_format, log_level_for(args.command, settings.log_level))
         failpoints.configure(settings.failpoints)
         return _run(settings, args)
+    except ServiceUnreachableError as exc:  # first contact: what was tried, why, what to do
+        print(f"importer: {exc.explained()}", file=sys.stderr)
+        return 2
     except ImporterError as exc:
         print(f"importer: {exc}", file=sys.stderr)
         return 2
@@ -355,6 +636,8 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
         return _token(settings, args) if args.command == "token" else _worker(settings, args)
     if args.command in ("job", "dlq"):
         return _admin(settings, args)
+    if args.command in ("status", "history"):
+        return _read(settings, args)
     if args.command == "serve":
         from importer.server import run_server  # FastAPI and uvicorn load only to serve
 

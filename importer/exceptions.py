@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importer.models import Reason
+from importer.unreachable import explain, mask_url
 
 
 class ImporterError(Exception):
@@ -178,3 +179,39 @@ class AcceleratorError(ImporterError):
 
 class NoBrokerError(ImporterError):
     """No message broker is configured (RABBITMQ_URL): there is no dead-letter queue."""
+
+
+# --- services that do not answer -------------------------------------------------------------
+
+
+class ServiceUnreachableError(ImporterError):
+    """A configured service does not answer."""
+
+    service = "a service"
+
+    def __init__(self, url: str, cause: str) -> None:
+        super().__init__(f"{self.service} at {mask_url(url)} does not answer: {cause}")
+        self.url = url
+        self.cause = cause
+
+    def explained(self) -> str:
+        """The command line's message: what was tried, why it failed, what to do."""
+        return explain(self.service, self.url, self.cause)
+
+
+class DatabaseUnreachableError(TransientStoreError, ServiceUnreachableError):
+    """PostgreSQL does not answer."""
+
+    service = "PostgreSQL"
+
+
+class BrokerUnreachableError(BrokerError, ServiceUnreachableError):
+    """RabbitMQ does not answer (or refuses the connection)."""
+
+    service = "RabbitMQ"
+
+
+class StorageUnreachableError(StorageError, ServiceUnreachableError):
+    """The S3 endpoint does not answer."""
+
+    service = "S3"

@@ -431,6 +431,11 @@ class ObjectStore(Protocol):
         """The object's size and sha256, computed by reading it."""
         ...
 
+    async def seal(self, key: str) -> tuple[StoredObject, str]:
+        """The object's size and sha256 (computed by reading it) and the token pinning the bytes
+        read (see :meth:`verify`): ``importer import s3://…`` seals what it imports."""
+        ...
+
     async def verify(self, key: str, size: int, sha256: str) -> str:
         """Hash the stored bytes against the sealed values; return a token pinning them.
 

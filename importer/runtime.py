@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,10 @@ from importer.adapters.localstore import LocalObjectStore
 from importer.adapters.outbox import PostgresOutbox
 from importer.adapters.postgres import PostgresStore, connect_pool, migrate
 from importer.admin import AdminService
+from importer.exceptions import (
+    AcceleratorError,
+    ConfigurationError,
+)
 from importer.fanout import BatchPublisher, ChunkHandler, FanoutSettings
 from importer.ports import (
     DeadLetterQueue,
@@ -28,18 +33,30 @@ from importer.ports import (
     ObjectStore,
     PipelineObserver,
     Progress,
+    Source,
     Store,
+    StoredObject,
 )
 from importer.relay import OutboxRelay
 from importer.report import write_csv_report
-from importer.service import ImportOutcome, ImportRequest, import_source
+from importer.service import (
+    ImportOutcome,
+    ImportRequest,
+    ObjectSource,
+    S3Location,
+    import_source,
+)
 from importer.settings import Settings
+from importer.unreachable import HINTS, mask_url
 from importer.worker import Worker
 
 if TYPE_CHECKING:
     from importer.adapters.redis import RedisAccelerator
 
 log = structlog.get_logger("importer.runtime")
+
+# How long the start-up look at Redis waits for its answer (it delays nothing meanwhile).
+REDIS_FIRST_CONTACT_S = 5.0
 
 
 @contextlib.asynccontextmanager
@@ -76,22 +93,65 @@ async def run_migrate(settings: Settings) -> None:
     await migrate(settings.database_url)
 
 
+def s3_store(settings: Settings, location: S3Location) -> ObjectStore:
+    """The object store of ``location``'s bucket with the service's S3 settings; refused when
+    no S3 is configured (S3_ENDPOINT_URL)."""
+    if settings.s3_endpoint_url is None:
+        raise ConfigurationError(
+            f"{location.url}: no S3 is configured; set S3_ENDPOINT_URL (with AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY and AWS_REGION), or import a local path"
+        )
+    return object_store(dataclasses.replace(settings, bucket=location.bucket))
+
+
+Opened = tuple[Source, StoredObject | None]
+
+
+def source_opener(
+    settings: Settings, location: Path | S3Location
+) -> Callable[[], Awaitable[Opened]]:
+    """How to open the command line's source, checked now (a missing file, an s3:// URL without
+    S3) before anything connects. An object is read once to seal its size and sha256, then
+    streamed pinned to those bytes (a replaced object fails the job ``checksum_mismatch``), as
+    the workers do; a local file is streamed as it is."""
+    if not isinstance(location, S3Location):
+        local = LocalFileSource(location)
+
+        async def open_local() -> Opened:
+            return local, None
+
+        return open_local
+    objects = s3_store(settings, location)
+
+    async def open_object() -> Opened:
+        stored, pinned = await objects.seal(location.key)
+        source = ObjectSource(
+            objects, location.key, size=stored.size, pinned=pinned, name=location.name
+        )
+        return source, stored
+
+    return open_object
+
+
 async def run_import(
     settings: Settings,
-    path: Path,
+    path: Path | S3Location,
     request: ImportRequest,
     progress: Progress | None,
     errors_out: Path | None,
 ) -> ImportOutcome:
-    """Import one local file in this process; write the error report when asked."""
-    source = LocalFileSource(path)
+    """Import one local file or S3 object in this process; write the error report when asked."""
+    open_source = source_opener(settings, path)
     pool = await connect_pool(
         settings.database_url, request.concurrency + 2, lock_timeout_ms=settings.lock_timeout_ms
     )
     try:
         store = PostgresStore(pool)
+        source, sealed = await open_source()
         async with stop_on_signals() as stop:
-            outcome = await import_source(store, source, request, settings, progress, stop)
+            outcome = await import_source(
+                store, source, request, settings, progress, stop, sealed=sealed
+            )
         if errors_out is not None:
             with errors_out.open("w", encoding="utf-8", newline="") as out:
                 await write_csv_report(store.row_issues(outcome.job_id), out)
@@ -220,10 +280,29 @@ async def accelerator_running(settings: Settings) -> AsyncIterator[RedisAccelera
     from importer.adapters.redis import RedisAccelerator
 
     accelerator = RedisAccelerator.from_url(settings.redis_url, settings.rate_limit_per_minute)
+    probe = asyncio.create_task(
+        first_contact(accelerator, settings.redis_url), name="redis-first-contact"
+    )
     try:
         yield accelerator
     finally:
+        probe.cancel()
+        await asyncio.gather(probe, return_exceptions=True)
         await accelerator.aclose()
+
+
+async def first_contact(accelerator: RedisAccelerator, url: str) -> None:
+    """Say at once, without delaying the start, that the configured Redis does not answer:
+    the process goes on without it (it is an accelerator), the operator learns why."""
+    try:
+        await asyncio.wait_for(accelerator.ping(), REDIS_FIRST_CONTACT_S)
+    except (AcceleratorError, TimeoutError) as exc:
+        log.warning(
+            "redis_unreachable",
+            url=mask_url(url),
+            error=str(exc) or type(exc).__name__,
+            hint="running without Redis; " + " ".join(HINTS["Redis"][1]),
+        )
 
 
 def hinting(metrics: PipelineObserver, accelerator: RedisAccelerator | None) -> PipelineObserver:
@@ -269,6 +348,16 @@ def dead_letter_queue(settings: Settings) -> DeadLetterQueue | None:
     from importer.adapters.deadletters import AmqpDeadLetters
 
     return AmqpDeadLetters(url, rabbit.Topology.from_settings(settings))
+
+
+@contextlib.asynccontextmanager
+async def job_reader(settings: Settings) -> AsyncIterator[PostgresStore]:
+    """The jobs as the owner's ``importer status`` and ``importer history`` read them."""
+    pool = await connect_pool(settings.database_url, 1)
+    try:
+        yield PostgresStore(pool)
+    finally:
+        await pool.close()
 
 
 @contextlib.asynccontextmanager

@@ -13,17 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from types import FrameType
+from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 
 from importer.api import begin_drain, create_app
 from importer.auth import TokenVerifier
+from importer.exceptions import ServiceUnreachableError
 from importer.settings import Settings
 
 # Seconds uvicorn waits for open requests after a signal before cancelling them; uploads in
@@ -90,8 +94,37 @@ class ApiServer(uvicorn.Server):
 GIL_SWITCH_INTERVAL_S = 0.001
 
 
+class StartupFailure(logging.Filter):
+    """A service that did not answer while the lifespan started, kept out of uvicorn's log (a
+    traceback, then "Application startup failed"): the command line's edge says it plainly
+    instead (what was tried, why, what to do)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unreachable: ServiceUnreachableError | None = None
+
+    def guard(self, app: FastAPI) -> None:
+        """Wrap ``app``'s lifespan to note the failure before starlette reports it."""
+        started = app.router.lifespan_context
+
+        @contextlib.asynccontextmanager
+        async def lifespan(app: FastAPI) -> AsyncIterator[Any]:
+            try:
+                async with started(app) as state:
+                    yield state
+            except ServiceUnreachableError as exc:
+                self.unreachable = exc
+                raise
+
+        app.router.lifespan_context = lifespan
+
+    def filter(self, record: logging.LogRecord) -> bool:  # noqa: ARG002 (logging's signature)
+        return self.unreachable is None
+
+
 def run_server(settings: Settings, host: str, port: int) -> int:
-    """Serve until a signal; the process's exit status."""
+    """Serve until a signal; the process's exit status. A service that does not answer at
+    start-up is raised (:class:`ServiceUnreachableError`) once the server has given up."""
     TokenVerifier.from_settings(settings)  # a missing or bad key is a usage error, said plainly
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     servers: list[ApiServer] = []
@@ -115,7 +148,18 @@ def run_server(settings: Settings, host: str, port: int) -> int:
     )
     server = ApiServer(config, on_exit=lambda: begin_drain(app))
     servers.append(server)
-    server.run()
+    startup = StartupFailure()
+    startup.guard(app)
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    uvicorn_log.addFilter(startup)
+    try:
+        server.run()
+    except SystemExit:  # uvicorn's exit after a failed start-up
+        if startup.unreachable is not None:
+            raise startup.unreachable from None
+        raise
+    finally:
+        uvicorn_log.removeFilter(startup)
     resources = getattr(app.state, "resources", None)
     if not server.started or (resources is not None and resources.workers.failure is not None):
         return 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -10,10 +11,15 @@ from dataclasses import dataclass
 
 import structlog
 
-from importer.exceptions import ChecksumMismatchError, FileRejectedError, ObjectNotFoundError
+from importer.exceptions import (
+    ChecksumMismatchError,
+    ConfigurationError,
+    FileRejectedError,
+    ObjectNotFoundError,
+)
 from importer.models import ConflictStrategy, Counters, InputFormat, JobStatus, JobWarning, Reason
 from importer.pipeline import ImportRun, PipelineConfig
-from importer.ports import NewJob, ObjectStore, Progress, Source, Store
+from importer.ports import NewJob, ObjectStore, Progress, Source, Store, StoredObject, key_problem
 from importer.settings import Settings
 from importer.validate import Layout
 
@@ -93,6 +99,42 @@ class ObjectSource:
             raise FileRejectedError(Reason.SOURCE_UNREADABLE, str(exc)) from exc
 
 
+S3_SCHEME = "s3://"
+# S3's bucket naming rules (3-63 lowercase letters, digits, dots and hyphens, a letter or digit
+# at both ends).
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+
+
+@dataclass(frozen=True, slots=True)
+class S3Location:
+    """``s3://bucket/key``: an object the command line imports through the object store."""
+
+    bucket: str
+    key: str
+
+    @property
+    def url(self) -> str:
+        return f"{S3_SCHEME}{self.bucket}/{self.key}"
+
+    @property
+    def name(self) -> str:
+        """The source's name: the format and ``.gz`` are told by its end, like a path's."""
+        return self.url
+
+
+def parse_s3_url(text: str) -> S3Location:
+    """``s3://bucket/key`` as a location; ConfigurationError saying what is wrong otherwise."""
+    if not text.startswith(S3_SCHEME):
+        raise ConfigurationError(f"{text[:80]!r} is not an s3://bucket/key URL")
+    bucket, _, key = text.removeprefix(S3_SCHEME).partition("/")
+    if not _BUCKET.fullmatch(bucket):
+        raise ConfigurationError(f"{text[:80]!r}: {bucket[:64]!r} is not an S3 bucket name")
+    problem = key_problem(key)
+    if problem is not None:
+        raise ConfigurationError(f"{text[:80]!r}: the object key {problem}")
+    return S3Location(bucket, key)
+
+
 def rows_per_second(rows: int, seconds: float) -> float:
     """A run's rate, for its canonical line."""
     return round(rows / seconds, 1) if seconds > 0 else 0.0
@@ -113,8 +155,12 @@ async def import_source(
     settings: Settings,
     progress: Progress | None = None,
     stop: asyncio.Event | None = None,
+    *,
+    sealed: StoredObject | None = None,
 ) -> ImportOutcome:
-    """Create a job for ``source`` and run it to its end in this process."""
+    """Create a job for ``source`` and run it to its end in this process; ``sealed``: the
+    size and sha256 of the source's bytes, recorded on the job (an object the source is
+    pinned to)."""
     started = time.perf_counter()
     new_job = NewJob(
         id=uuid.uuid4(),
@@ -129,6 +175,8 @@ async def import_source(
         has_internationalization=request.international,
         bytes_total=source.size,
         in_process=True,
+        source_size=None if sealed is None else sealed.size,
+        source_sha256=None if sealed is None else sealed.sha256,
     )
     job = await store.create_job(new_job, JobStatus.QUEUED)
     config = PipelineConfig(

@@ -64,7 +64,7 @@ class Settings:
     queue_depth: int = DEFAULT_QUEUE_DEPTH
     max_batch_attempts: int = 4
     log_format: str = "console"
-    log_level: str = "warning"
+    log_level: str | None = None  # None: the command's own (see `log_level_for`)
     limits: Limits = Limits()
     # Object storage: S3 when an endpoint is set, else a local directory.
     s3_endpoint_url: str | None = None
@@ -123,7 +123,7 @@ class Settings:
             concurrency=_int(environ, "IMPORTER_CONCURRENCY", DEFAULT_CONCURRENCY),
             queue_depth=_int(environ, "IMPORTER_QUEUE_DEPTH", DEFAULT_QUEUE_DEPTH),
             log_format=environ.get("IMPORTER_LOG_FORMAT", "console"),
-            log_level=environ.get("IMPORTER_LOG_LEVEL", "warning"),
+            log_level=environ.get("IMPORTER_LOG_LEVEL") or None,
             limits=limits,
             s3_endpoint_url=environ.get("S3_ENDPOINT_URL") or None,
             bucket=environ.get("IMPORTER_BUCKET") or DEFAULT_BUCKET,
@@ -157,6 +157,19 @@ class Settings:
 
 
 _DEFAULT_LIMITS = Limits()
+
+# The long-running services log their canonical lines (`chunk_applied`, `job_finished`) by
+# default; the command line keeps quiet (its bar and summary say it all).
+SERVICE_COMMANDS = frozenset({"serve", "worker"})
+SERVICE_LOG_LEVEL = "info"
+CLI_LOG_LEVEL = "warning"
+
+
+def log_level_for(command: str, configured: str | None) -> str:
+    """IMPORTER_LOG_LEVEL when set; else ``info`` for serve and worker, ``warning`` otherwise."""
+    if configured:
+        return configured
+    return SERVICE_LOG_LEVEL if command in SERVICE_COMMANDS else CLI_LOG_LEVEL
 
 
 def _int(environ: Mapping[str, str], name: str, default: int) -> int:

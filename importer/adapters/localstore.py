@@ -90,6 +90,9 @@ class LocalObjectStore:
         found, _ = await self._hash(key)
         return found
 
+    async def seal(self, key: str) -> tuple[StoredObject, str]:
+        return await self._hash(key)
+
     async def verify(self, key: str, size: int, sha256: str) -> str:
         found, token = await self._hash(key)
         check_sealed(found, size, sha256)

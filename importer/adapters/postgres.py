@@ -22,6 +22,7 @@ from importer import failpoints, lifecycle, merge
 from importer.exceptions import (
     BatchAlreadyAppliedError,
     ContentRefusedError,
+    DatabaseUnreachableError,
     IllegalTransitionError,
     JobNotFoundError,
     LaneNotReadyError,
@@ -137,8 +138,28 @@ def translated_errors() -> Iterator[None]:
         raise TransientStoreError(f"{type(exc).__name__}: {exc}") from exc
     except _CONTENT as exc:
         raise ContentRefusedError(f"{type(exc).__name__}: {exc}") from exc
+    except asyncpg.exceptions.UndefinedTableError as exc:  # first contact with a new database
+        raise StoreError(
+            f"{type(exc).__name__}: {exc}: the database has no importer schema yet; "
+            "run `importer db migrate` (on this DATABASE_URL)"
+        ) from exc
+    except asyncpg.exceptions.InvalidCatalogNameError as exc:
+        raise StoreError(
+            f"{type(exc).__name__}: {exc}: create it (`createdb`) and run `importer db migrate`, "
+            "or point DATABASE_URL at another"
+        ) from exc
     except asyncpg.PostgresError as exc:
         raise StoreError(f"{type(exc).__name__}: {exc}") from exc
+
+
+@contextlib.contextmanager
+def unreachable(dsn: str) -> Iterator[None]:
+    """A connection that cannot be made (refused, no such host, timed out) as the server not
+    answering at ``dsn``: the command line says what was tried and what to do."""
+    try:
+        yield
+    except OSError as exc:  # ConnectionRefusedError, socket.gaierror, TimeoutError
+        raise DatabaseUnreachableError(dsn, f"{type(exc).__name__}: {exc}") from exc
 
 
 # Session settings of the batch connections, sent as startup parameters: they are the session's
@@ -163,7 +184,7 @@ async def connect_pool(
     ``lock_timeout_ms``: how long a statement waits for a lock before it fails (transient: the
     batch is retried, then discarded) — a lock held elsewhere never stalls an import forever.
     """
-    with translated_errors():
+    with translated_errors(), unreachable(dsn):
         pool = await asyncpg.create_pool(
             dsn,
             min_size=1,
@@ -190,7 +211,8 @@ async def _keep_session(conn: Conn) -> None:
 async def migrate(dsn: str) -> None:
     """Apply ``schema.sql`` (idempotent), serialized by an advisory lock."""
     with translated_errors():
-        conn = await asyncpg.connect(dsn)
+        with unreachable(dsn):
+            conn = await asyncpg.connect(dsn)
         try:
             await conn.execute("SET client_min_messages = warning")
             async with conn.transaction():
@@ -688,17 +710,21 @@ class PostgresStore:
 
     # --- the API's jobs -----------------------------------------------------------------------
     # Every method is scoped by client: another client's job is exactly like a missing one.
+    # ``client_id`` None is the owner's command line (`importer status`, `importer history`).
 
-    async def view_job(self, client_id: int, job_id: uuid.UUID) -> JobView:
+    async def view_job(self, client_id: int | None, job_id: uuid.UUID) -> JobView:
+        query, args = (
+            ("view_any_job", (job_id,)) if client_id is None else ("view_job", (client_id, job_id))
+        )
         with translated_errors():
-            row = await self._pool.fetchrow(self._q["view_job"], client_id, job_id)
+            row = await self._pool.fetchrow(self._q[query], *args)
         if row is None:
             raise JobNotFoundError(f"import {job_id} does not exist")
         return view_from_row(row)
 
     async def list_jobs(
         self,
-        client_id: int,
+        client_id: int | None,
         *,
         user_id: str | None,
         statuses: Sequence[JobStatus] | None,
@@ -708,10 +734,14 @@ class PostgresStore:
         """Newest first by (created_at, id); ``before`` is the previous page's last item."""
         created_at, last_id = before or _NO_CURSOR
         wanted = lifecycle.values(statuses) if statuses is not None else None
-        args: tuple[object, ...] = (client_id, created_at, last_id, wanted, limit)
-        query = "list_jobs" if user_id is None else "list_user_jobs"
-        if user_id is not None:
-            args += (user_id,)
+        args: tuple[object, ...]
+        if client_id is None:
+            query, args = "list_any_jobs", (created_at, last_id, wanted, limit, user_id)
+        else:
+            args = (client_id, created_at, last_id, wanted, limit)
+            query = "list_jobs" if user_id is None else "list_user_jobs"
+            if user_id is not None:
+                args += (user_id,)
         with translated_errors():
             rows = await self._pool.fetch(self._q[query], *args)
         return [view_from_row(row) for row in rows]

@@ -39,7 +39,7 @@ from aio_pika.abc import (
     AbstractRobustConnection,
 )
 
-from importer.exceptions import BrokerError
+from importer.exceptions import BrokerError, BrokerUnreachableError
 from importer.settings import Settings
 
 # Headers of the project (all strings or integers: nothing a JSON log line cannot carry).
@@ -225,13 +225,21 @@ def translated_errors(action: str) -> Iterator[None]:
 async def connect(
     url: str, *, name: str = "importer", reconnect_interval_s: float = RECONNECT_INTERVAL_S
 ) -> AbstractRobustConnection:
-    """A robust connection: it reconnects and restores its channels after a broker restart."""
-    with translated_errors("connect"):
-        return await aio_pika.connect_robust(
-            url,
-            reconnect_interval=reconnect_interval_s,
-            client_properties={"connection_name": name},
-        )
+    """A robust connection: it reconnects and restores its channels after a broker restart.
+
+    A first connection that cannot be made is :class:`BrokerUnreachableError` (a BrokerError).
+    """
+    try:
+        with translated_errors("connect"):
+            return await aio_pika.connect_robust(
+                url,
+                reconnect_interval=reconnect_interval_s,
+                client_properties={"connection_name": name},
+            )
+    except BrokerError as exc:
+        cause = exc.__cause__
+        detail = str(exc) if cause is None else f"{type(cause).__name__}: {cause}"
+        raise BrokerUnreachableError(url, detail) from exc
 
 
 async def declare(channel: AbstractChannel, topology: Topology) -> None:

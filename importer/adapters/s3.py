@@ -14,13 +14,19 @@ from typing import TYPE_CHECKING, cast
 
 import aioboto3
 from aiobotocore.config import AioConfig
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+)
 
 from importer.exceptions import (
     ChecksumMismatchError,
     ObjectNotFoundError,
     ObjectTooLargeError,
     StorageError,
+    StorageUnreachableError,
 )
 from importer.ports import StoredObject, check_key, check_sealed
 
@@ -58,12 +64,15 @@ def storage_error(exc: ClientError, key: str) -> StorageError:
 
 
 @contextlib.contextmanager
-def translated_errors(key: str) -> Iterator[None]:
-    """Translate botocore errors into the importer's own, once, at the boundary."""
+def translated_errors(key: str, endpoint: str | None = None) -> Iterator[None]:
+    """Translate botocore errors into the importer's own, once, at the boundary; an endpoint
+    that cannot be connected to is :class:`StorageUnreachableError`."""
     try:
         yield
     except ClientError as exc:
         raise storage_error(exc, key) from exc
+    except (EndpointConnectionError, ConnectTimeoutError) as exc:
+        raise StorageUnreachableError(endpoint or "AWS S3", f"{type(exc).__name__}: {exc}") from exc
     except BotoCoreError as exc:  # connection, time-out, truncated or unreadable body
         raise StorageError(f"object {key!r}: {type(exc).__name__}: {exc}") from exc
 
@@ -118,7 +127,7 @@ class S3ObjectStore:
         """One PutObject when the stream fits in a part, else a multipart upload."""
         check_key(key)
         parts = PartCutter(chunks, max_bytes, key)
-        with translated_errors(key):
+        with translated_errors(key, self._endpoint_url):
             async with self._client() as client:
                 first = await parts.next_part()
                 if parts.finished:
@@ -157,12 +166,12 @@ class S3ObjectStore:
     async def delete(self, key: str) -> None:
         """DeleteObject succeeds on a missing key: idempotent as it comes."""
         check_key(key)
-        with translated_errors(key):
+        with translated_errors(key, self._endpoint_url):
             async with self._client() as client:
                 await client.delete_object(Bucket=self.bucket, Key=key)
 
     async def ensure_bucket(self) -> None:
-        with translated_errors(self.bucket):
+        with translated_errors(self.bucket, self._endpoint_url):
             async with self._client() as client:
                 try:
                     await client.head_bucket(Bucket=self.bucket)
@@ -192,6 +201,9 @@ class S3ObjectStore:
         found, _ = await self._hash(key)
         return found
 
+    async def seal(self, key: str) -> tuple[StoredObject, str]:
+        return await self._hash(key)
+
     async def verify(self, key: str, size: int, sha256: str) -> str:
         """The ETag returned is the one of the response whose bytes were hashed."""
         found, etag = await self._hash(key)
@@ -202,7 +214,7 @@ class S3ObjectStore:
         check_key(key)
         digest = hashlib.sha256()
         size = 0
-        with translated_errors(key):
+        with translated_errors(key, self._endpoint_url):
             async with self._client() as client:
                 response = await client.get_object(Bucket=self.bucket, Key=key)
                 async for chunk in response["Body"].iter_chunks(HASH_READ):
@@ -224,7 +236,7 @@ class S3ObjectStore:
             request["IfMatch"] = pinned
         if start:
             request["Range"] = f"bytes={start}-"
-        with translated_errors(key):
+        with translated_errors(key, self._endpoint_url):
             async with self._client() as client:
                 try:
                     response = await client.get_object(**request)
@@ -237,7 +249,7 @@ class S3ObjectStore:
 
     async def presign_put(self, key: str, expires_s: int) -> str | None:
         check_key(key)
-        with translated_errors(key):
+        with translated_errors(key, self._endpoint_url):
             async with self._client() as client:
                 return await client.generate_presigned_url(
                     "put_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires_s

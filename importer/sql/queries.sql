@@ -248,6 +248,20 @@ WHERE client_id = $1 AND user_id = $6 AND (created_at, id) < ($2, $3)
 ORDER BY created_at DESC, id DESC
 LIMIT $5;
 
+-- name: view_any_job
+-- view_job for the owner's command line (`importer status`): any client's job.
+SELECT * FROM import_job_progress WHERE id = $1;
+
+-- name: list_any_jobs
+-- list_jobs for the owner's command line (`importer history` without --client-id): every
+-- client's jobs after the keyset ($1, $2); $3: statuses or NULL; $5: one user or NULL for all.
+SELECT * FROM import_job_progress
+WHERE (created_at, id) < ($1, $2)
+  AND ($3::text[] IS NULL OR status = ANY($3::text[]))
+  AND ($5::text IS NULL OR user_id = $5)
+ORDER BY created_at DESC, id DESC
+LIMIT $4;
+
 -- name: record_created_fields
 UPDATE import_job SET created_custom_fields = created_custom_fields + $2 WHERE id = $1;
 
