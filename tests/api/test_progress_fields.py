@@ -134,7 +134,7 @@ async def test_queue_position_puts_a_busy_client_s_job_after_another_client_s(
     x, y = next(client_ids), next(client_ids)
     x_bearer, y_bearer = token(x), token(y)
     tiny = csv_bytes(HEADER, [("T", cpf(50_000), "", "")])
-    rows = [(f"N{i}", cpf(60_000 + i), "", "") for i in range(60)]
+    rows = [(f"N{i}", cpf(60_000 + i), "", "") for i in range(200)]
     first = (await upload(slow_http, x_bearer, csv_bytes(HEADER, rows))).json()["id"]
     second = (await upload(slow_http, x_bearer, tiny)).json()["id"]
 
