@@ -300,14 +300,16 @@ CREATE INDEX IF NOT EXISTS import_layout_client_idx ON import_layout (client_id,
 -- worker may claim now (queued, or running under an expired lease), numbered from 1. First the
 -- oldest waiting job of each client without a running import; then the others (a client's
 -- later jobs, the jobs of a client whose import runs), oldest first. A client runs an import
--- while one of its jobs holds a live lease (an in-process job's never expires) or while its
--- turn (try_client_turn's advisory lock) is held. `leases` feeds the claim's fair-share cap.
+-- while a worker holds a live lease on one of its jobs or while its turn (try_client_turn's
+-- advisory lock) is held: an in-process (CLI) run holds the turn, and its endless lease counts
+-- for nothing once its process is gone. `leases` feeds the claim's fair-share cap.
 DROP VIEW IF EXISTS import_job_progress;
 DROP VIEW IF EXISTS import_claim_queue;
 CREATE VIEW import_claim_queue AS
 WITH leased AS (
     SELECT client_id, count(*) AS leases FROM import_job
-    WHERE status IN ('queued', 'normalizing', 'ready', 'importing') AND lease_expires_at > now()
+    WHERE status IN ('queued', 'normalizing', 'ready', 'importing')
+      AND lease_owner IS NOT NULL AND lease_expires_at > now()
     GROUP BY client_id
 ),
 turns AS (
