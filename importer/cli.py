@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 import uvloop
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
 from importer import admin, failpoints, runtime
@@ -28,6 +28,7 @@ from importer.exceptions import (
 )
 from importer.logs import configure_logging
 from importer.models import ConflictStrategy, Counters, InputFormat, JobStatus
+from importer.progress import Phase, RateWindow, eta_seconds, format_eta, run_phase
 from importer.service import (
     S3_SCHEME,
     ImportOutcome,
@@ -312,21 +313,23 @@ def _add_admin_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
 
 
 class TerminalProgress:
-    """A live bar: rows, rows/s, ETA (by bytes) and invalid rows so far; updated per batch."""
+    """A live bar: phase, rows, rows/s and ETA over the last few seconds (importer/progress.py,
+    as the API shows them) and invalid rows so far; updated per batch."""
 
     def __init__(self, console: Console) -> None:
         self._bar = Progress(
-            TextColumn("[bold]importing"),
+            TextColumn("[bold]{task.fields[phase]:<10}"),
             BarColumn(),
             TextColumn("{task.fields[rows]:>12,} rows"),
             TextColumn("{task.fields[rate]:>9,.0f} rows/s"),
-            TimeRemainingColumn(),
+            TextColumn("ETA {task.fields[eta]:>9}"),
             TextColumn("invalid {task.fields[invalid]:,}"),
             console=console,
             transient=True,
         )
         self._task: TaskID | None = None
-        self._started = time.perf_counter()
+        self._total: int | None = None
+        self._window = RateWindow(time.perf_counter())
 
     def __enter__(self) -> TerminalProgress:
         self._bar.start()
@@ -336,18 +339,33 @@ class TerminalProgress:
         self._bar.stop()
 
     def on_start(self, bytes_total: int | None) -> None:
-        self._started = time.perf_counter()
-        self._task = self._bar.add_task("import", total=bytes_total, rows=0, rate=0.0, invalid=0)
+        self._window = RateWindow(time.perf_counter())
+        self._total = bytes_total
+        self._task = self._bar.add_task(
+            "import",
+            total=bytes_total,
+            phase=Phase.READING.value,
+            rows=0,
+            rate=0.0,
+            eta=format_eta(None),
+            invalid=0,
+        )
 
     def on_batch(self, counters: Counters, bytes_read: int) -> None:
         if self._task is None:
             return
-        elapsed = max(time.perf_counter() - self._started, 1e-6)
+        now = time.perf_counter()
+        self._window.add(now, counters.rows_read, bytes_read)
+        rows_per_s, bytes_per_s = self._window.rates(now)
+        read_to_end = self._total is not None and bytes_read >= self._total
+        phase = run_phase(running=True, batches_done=True, read_to_end=read_to_end)
         self._bar.update(
             self._task,
             completed=bytes_read,
+            phase=phase.value if phase is not None else "",
             rows=counters.rows_read,
-            rate=counters.rows_read / elapsed,
+            rate=rows_per_s,
+            eta=format_eta(eta_seconds(bytes_read, self._total, bytes_per_s)),
             invalid=counters.invalid,
         )
 

@@ -22,6 +22,7 @@ from typing import Protocol
 
 import orjson
 
+from importer import progress
 from importer.auth import Permission, Principal
 from importer.exceptions import (
     ChecksumMismatchError,
@@ -34,6 +35,7 @@ from importer.exceptions import (
     PermissionDeniedError,
     UploadMissingError,
 )
+from importer.lifecycle import RUNNING_STATUSES
 from importer.models import (
     TERMINAL_STATUSES,
     JobStatus,
@@ -160,17 +162,29 @@ def percent_done(view: JobView) -> float | None:
     return round(min(view.bytes_read / view.bytes_total, 1.0) * 100, 1)
 
 
-def eta_seconds(
-    bytes_read: int, bytes_total: int | None, started_at: dt.datetime | None, now: dt.datetime
-) -> float | None:
-    """Seconds left at the byte rate since the start; None until there is a rate to go by."""
-    if bytes_total is None or started_at is None or bytes_read <= 0:
-        return None
-    elapsed = (now - started_at).total_seconds()
-    if elapsed <= 0:
-        return None
-    remaining = max(bytes_total - bytes_read, 0)
-    return round(remaining / (bytes_read / elapsed), 1)
+@dataclass(frozen=True, slots=True)
+class LiveProgress:
+    """What a watcher sees of a running job (importer/progress.py); all None when not running."""
+
+    phase: progress.Phase | None = None
+    rows_per_s: float | None = None
+    eta_s: float | None = None
+
+
+def live_progress(view: JobView, now: dt.datetime) -> LiveProgress:
+    """The phase, the rows/s over the last few seconds and the ETA at the recent byte rate."""
+    if view.status not in RUNNING_STATUSES:
+        return LiveProgress()
+    phase = progress.run_phase(
+        running=True, batches_done=view.batches_done, read_to_end=view.read_to_end
+    )
+    span = progress.window_seconds(view.started_at, now)
+    bytes_per_s = progress.per_second(view.recent_bytes, span)
+    return LiveProgress(
+        phase,
+        progress.per_second(view.recent_rows, span),
+        progress.eta_seconds(view.bytes_read, view.bytes_total, bytes_per_s),
+    )
 
 
 def _iso(moment: dt.datetime | None) -> str | None:
@@ -180,10 +194,12 @@ def _iso(moment: dt.datetime | None) -> str | None:
 def job_document(view: JobView, now: dt.datetime) -> dict[str, object]:
     """A job as the API shows it; counters carry the CLI's names."""
     c = view.counters
-    running = view.status not in TERMINAL_STATUSES
+    live = live_progress(view, now)
     return {
         "id": str(view.id),
         "status": str(view.status),
+        "phase": live.phase.value if live.phase is not None else None,
+        "queue_position": view.queue_position if view.status is JobStatus.QUEUED else None,
         "conflict_strategy": str(view.conflict_strategy),
         "format": str(view.input_format),
         "filename": view.filename,
@@ -203,12 +219,9 @@ def job_document(view: JobView, now: dt.datetime) -> dict[str, object]:
             "bytes": view.bytes_read,
             "bytes_total": view.bytes_total,
             "percent": percent_done(view),
+            "rows_per_s": live.rows_per_s,
         },
-        "eta_s": (
-            eta_seconds(view.bytes_read, view.bytes_total, view.started_at, now)
-            if running
-            else None
-        ),
+        "eta_s": live.eta_s,
         "fail_reason": view.fail_reason,
         "warnings": [{"code": w.code.value, "message": w.message} for w in view.warnings],
         "cancel_requested": view.cancel_requested,

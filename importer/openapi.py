@@ -66,6 +66,9 @@ class ProgressBody(BaseModel):
     bytes: int
     bytes_total: int | None
     percent: float | None
+    rows_per_s: float | None = Field(
+        description="rows committed per second over the last 10 s; null when not running"
+    )
 
 
 class WarningBody(BaseModel):
@@ -76,6 +79,15 @@ class WarningBody(BaseModel):
 class JobBody(BaseModel):
     id: uuid.UUID
     status: JobStatus
+    phase: Literal["reading", "applying", "finalizing"] | None = Field(
+        description="while running: reading (no batch committed yet), applying (batches "
+        "committed, reading may go on), finalizing (the file is read: the last batches and the "
+        "finalization); null otherwise"
+    )
+    queue_position: int | None = Field(
+        description="a queued job's place in the claim's order (1: the next claim takes it); "
+        "null otherwise"
+    )
     conflict_strategy: Literal["merge", "discard"]
     format: Literal["csv", "jsonl"]
     filename: str | None
@@ -84,7 +96,10 @@ class JobBody(BaseModel):
     user_id: str | None
     counters: CountersBody
     progress: ProgressBody
-    eta_s: float | None = Field(description="seconds left at the byte rate so far; null if unknown")
+    eta_s: float | None = Field(
+        description="seconds left: the bytes to read at the byte rate of the last 10 s; null if "
+        "unknown"
+    )
     fail_reason: str | None
     warnings: list[WarningBody] = Field(
         default_factory=list,

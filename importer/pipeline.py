@@ -588,6 +588,8 @@ class ImportRun:
         await self._warn(parser)
         await self._submit(batches, done)
         self.state.chunks = parser.chunker.chunks
+        if not self.stop.is_set():  # every batch is queued: the phase `finalizing`
+            await self._store.mark_read_to_end(self.job.id, owner=self.job.lease_owner)
 
     async def _parse(self, parser: BlockParser) -> list[Batch] | None:
         """The next piece's batches, parsed in a thread once the throttle gives the turn."""

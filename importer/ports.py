@@ -89,6 +89,14 @@ class JobView:
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
     warnings: tuple[JobWarning, ...] = ()  # file-level warnings (suspect_encoding)
+    # What a watcher sees (importer/progress.py): any batch committed, the run's reader at the
+    # end of the file, rows and bytes committed in the last RATE_WINDOW_S, the place of a queued
+    # job in the claim's order (1: the next claim takes it).
+    batches_done: bool = False
+    read_to_end: bool = False
+    recent_rows: int = 0
+    recent_bytes: int = 0
+    queue_position: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +187,10 @@ class Store(Protocol):
     ) -> None:
         """Move the job through the one guarded statement; with ``owner``, only while its lease
         is held (else :class:`LeaseLostError`)."""
+        ...
+
+    async def mark_read_to_end(self, job_id: uuid.UUID, *, owner: str | None = None) -> None:
+        """The run's reader reached the end of the file (the phase ``finalizing``)."""
         ...
 
     async def ensure_custom_fields(self, job: Job, names: Sequence[str]) -> int:

@@ -134,6 +134,15 @@ async def _watching(
         yield watch
 
 
+def _comparable(document: dict[str, object]) -> dict[str, object]:
+    """The document without what moves with the clock alone (the ETA, the recent rate)."""
+    comparable = {k: v for k, v in document.items() if k != "eta_s"}
+    progress = document.get("progress")
+    if isinstance(progress, dict):
+        comparable["progress"] = {k: v for k, v in progress.items() if k != "rows_per_s"}
+    return comparable
+
+
 async def progress_events(
     service: ImportService,
     principal: Principal,
@@ -155,7 +164,7 @@ async def progress_events(
                 watch.changed.clear()  # a hint from now on means another read
             view = await service.view(principal, job_id)
             document = job_document(view, service.clock())
-            comparable = {k: v for k, v in document.items() if k != "eta_s"}
+            comparable = _comparable(document)
             if comparable != last:
                 yield sse("progress", document)
                 last, quiet_since = comparable, time.monotonic()

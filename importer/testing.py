@@ -114,6 +114,7 @@ class InMemoryStore:
         self.custom_fields: dict[tuple[int, str], str] = {}
         self.created_fields: dict[uuid.UUID, int] = {}
         self.finalized: dict[uuid.UUID, Finalized] = {}
+        self.read_to_end: set[uuid.UUID] = set()  # jobs whose reader reached the file's end
 
     async def create_job(self, new_job: NewJob, status: JobStatus) -> Job:
         job = Job(
@@ -147,6 +148,14 @@ class InMemoryStore:
         if not lifecycle.can_transition(job.status, target):
             raise IllegalTransitionError(f"{job.status.value} → {target.value}")
         self.jobs[job_id] = replace(job, status=target)
+
+    async def mark_read_to_end(
+        self,
+        job_id: uuid.UUID,
+        *,
+        owner: str | None = None,  # noqa: ARG002 (one process: no leases to fence)
+    ) -> None:
+        self.read_to_end.add(job_id)
 
     async def ensure_custom_fields(self, job: Job, names: Sequence[str]) -> int:
         created = 0

@@ -372,6 +372,10 @@ class PostgresStore:
             self._q["finalize_job"], job_id, target.value, fail_reason, _now(), sources, owner
         )
 
+    async def mark_read_to_end(self, job_id: uuid.UUID, *, owner: str | None = None) -> None:
+        with translated_errors():
+            await self._pool.execute(self._q["mark_read_to_end"], job_id, owner)
+
     async def _leased_job(self, job_id: uuid.UUID, owner: str | None) -> Job:
         """The job; LeaseLostError when ``owner`` is given and no longer holds its lease."""
         job = await self.get_job(job_id)
@@ -1062,6 +1066,11 @@ def view_from_row(row: asyncpg.Record) -> JobView:
         started_at=row["started_at"],
         finished_at=row["finished_at"],
         warnings=_warnings(row["warnings"]),
+        batches_done=row["batches_done"],
+        read_to_end=row["read_to_end_at"] is not None,
+        recent_rows=row["recent_rows"] or 0,
+        recent_bytes=row["recent_bytes"] or 0,
+        queue_position=row["queue_position"],
     )
 
 

@@ -117,6 +117,10 @@
     return h > 0 ? `${h}h ${two(m)}m ${two(s)}s` : m > 0 ? `${m}m ${two(s)}s` : `${s}s`;
   }
 
+  function formatRate(perSecond) {
+    return Math.max(0, Math.round(perSecond)).toLocaleString("en-US");
+  }
+
   function showJob(job) {
     if (!watching || job.id !== watching.id) {
       return;
@@ -143,6 +147,14 @@
       $("job-percent").textContent = `${percent.toFixed(1)} %`;
     }
     $("job-eta").textContent = TERMINAL.has(status) ? "—" : formatEta(job.eta_s);
+    // The phase and the rate of the last few seconds, as the CLI bar shows them.
+    $("job-phase").textContent = job.phase ? String(job.phase) : "—";
+    const rate = progress.rows_per_s;
+    $("job-rate").textContent =
+      typeof rate === "number" && Number.isFinite(rate) ? `${formatRate(rate)} rows/s` : "—";
+    const place = job.queue_position;
+    $("job-queue").textContent =
+      typeof place === "number" && Number.isFinite(place) ? `(queue position ${place})` : "";
     const ended = TERMINAL.has(status);
     $("job-cancel").disabled = ended || Boolean(job.cancel_requested);
     $("job-cancel").textContent = job.cancel_requested && !ended ? "Cancelling…" : "Cancel import";

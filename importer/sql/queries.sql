@@ -191,31 +191,35 @@ WHERE id = $1;
 SELECT pg_advisory_xact_lock($1);
 
 -- name: claim_job
--- The oldest claimable job ($4: queued or running) that no live lease holds: queued, or left
--- by a worker whose lease expired (it died; the new owner resumes it from the ledger). A client
--- whose jobs already hold $3 live leases waits its turn (fair share). An in-process job's lease
--- never expires. SKIP LOCKED passes over a row a transaction holds (a cancel, a live owner's
--- batch). Lease: $1 owner, $2 seconds.
-WITH busy AS (
-    SELECT client_id FROM import_job
-    WHERE status = ANY($4::text[]) AND lease_owner IS NOT NULL AND lease_expires_at > now()
-    GROUP BY client_id
-    HAVING count(*) >= $3
-),
-candidate AS (
-    SELECT id FROM import_job
-    WHERE status = ANY($4::text[])
-      AND coalesce(lease_expires_at, '-infinity') <= now()
-      AND client_id NOT IN (SELECT client_id FROM busy)
-    ORDER BY created_at, id
+-- The first job of the claim's order (the import_claim_queue view) that no live lease holds:
+-- queued, or left by a worker whose lease expired (it died; the new owner resumes it from the
+-- ledger). Other clients' waiting jobs come before those of a client whose import runs (its
+-- turn would idle this worker), which are claimed only when nothing else waits, and only while
+-- the client holds fewer than $3 live leases (fair share). An in-process job's lease never
+-- expires. SKIP LOCKED passes over a row a transaction holds (a cancel, a live owner's batch).
+-- A claim starts a run: read_to_end_at is cleared. Lease: $1 owner, $2 seconds; $4: the
+-- claimable statuses.
+WITH candidate AS (
+    SELECT j.id FROM import_job j
+    JOIN import_claim_queue q ON q.id = j.id
+    WHERE j.status = ANY($4::text[])
+      AND coalesce(j.lease_expires_at, '-infinity') <= now()
+      AND q.leases < $3
+    ORDER BY q.position
     LIMIT 1
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE import_job j
-SET lease_owner = $1, lease_expires_at = now() + make_interval(secs => $2)
+SET lease_owner = $1, lease_expires_at = now() + make_interval(secs => $2), read_to_end_at = NULL
 FROM candidate c
 WHERE j.id = c.id
 RETURNING j.*;
+
+-- name: mark_read_to_end
+-- The run's reader reached the end of the file: the phase `finalizing` (only while $2, when
+-- given, holds the lease).
+UPDATE import_job SET read_to_end_at = now()
+WHERE id = $1 AND ($2::text IS NULL OR lease_owner = $2);
 
 -- name: renew_lease
 UPDATE import_job SET lease_expires_at = now() + make_interval(secs => $3)

@@ -152,6 +152,8 @@ ALTER TABLE import_job ADD COLUMN IF NOT EXISTS data_removed_at timestamptz;
 -- File-level warnings, [{"code": ..., "message": ...}], one per code (suspect_encoding): shown
 -- by the status, the CLI summary and as the error report's first rows.
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS warnings jsonb NOT NULL DEFAULT '[]'::jsonb;
+-- The run's reader reached the end of the file (the phase `finalizing`); a claim clears it.
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS read_to_end_at timestamptz;
 
 -- History, newest first: the keyset (created_at, id) read backwards from the cursor, per client
 -- and per client and user. (The first index, (client_id, created_at DESC, id), could not serve
@@ -310,13 +312,50 @@ CREATE INDEX IF NOT EXISTS firing_intent_job_idx ON firing_intent (import_job_id
 ALTER TABLE import_layout ADD COLUMN IF NOT EXISTS document jsonb;
 CREATE INDEX IF NOT EXISTS import_layout_client_idx ON import_layout (client_id, id);
 
+-- The claim's order (claim_job) and a queued job's place in it (queue_position): every job a
+-- worker may claim now (queued, or running under an expired lease), numbered from 1. First the
+-- oldest waiting job of each client without a running import; then the others (a client's
+-- later jobs, the jobs of a client whose import runs), oldest first. A client runs an import
+-- while a worker holds a live lease on one of its jobs or while its turn (try_client_turn's
+-- advisory lock) is held: an in-process (CLI) run holds the turn, and its endless lease counts
+-- for nothing once its process is gone. `leases` feeds the claim's fair-share cap.
+DROP VIEW IF EXISTS import_job_progress;
+DROP VIEW IF EXISTS import_claim_queue;
+CREATE VIEW import_claim_queue AS
+WITH leased AS (
+    SELECT client_id, count(*) AS leases FROM import_job
+    WHERE status IN ('queued', 'normalizing', 'ready', 'importing')
+      AND lease_owner IS NOT NULL AND lease_expires_at > now()
+    GROUP BY client_id
+),
+turns AS (
+    SELECT objid::integer AS client_id FROM pg_locks
+    WHERE locktype = 'advisory' AND classid = 1243542 AND objsubid = 2 AND granted
+),
+waiting AS (
+    SELECT j.id, j.client_id, j.created_at, coalesce(l.leases, 0) AS leases,
+           l.client_id IS NOT NULL
+               OR EXISTS (SELECT FROM turns t WHERE t.client_id = j.client_id) AS running,
+           row_number() OVER (PARTITION BY j.client_id ORDER BY j.created_at, j.id) AS nth
+    FROM import_job j LEFT JOIN leased l ON l.client_id = j.client_id
+    WHERE j.status IN ('queued', 'normalizing', 'ready', 'importing')
+      AND coalesce(j.lease_expires_at, '-infinity') <= now()
+)
+SELECT id, client_id, leases,
+       row_number() OVER (ORDER BY running OR nth > 1, created_at, id) AS position
+FROM waiting;
+
 -- A job with its progress: the furthest offset a done chunk reached (end offsets grow with
 -- chunk_no: one backward index probe) and, while the job runs, the ledger's counters (a terminal
--- job's row holds them). Recreated on every migrate: `j.*` is expanded when the view is made, so
--- a column added to import_job must reach it.
-DROP VIEW IF EXISTS import_job_progress;
+-- job's row holds them), what it committed in the last 10 seconds (progress.RATE_WINDOW_S: rows
+-- and the bytes past the furthest offset reached before them) and whether any batch is done;
+-- a queued job's place in the claim's order. Recreated on every migrate: `j.*` is expanded when
+-- the view is made, so a column added to import_job must reach it.
 CREATE VIEW import_job_progress AS
-SELECT j.*, coalesce(last.end_offset, 0) AS bytes_read, live.*
+SELECT j.*, coalesce(last.end_offset, 0) AS bytes_read, last.end_offset IS NOT NULL AS batches_done,
+       live.*,
+       coalesce(last.end_offset, 0) - coalesce(live.offset_before_window, 0) AS recent_bytes,
+       queue.position AS queue_position
 FROM import_job j
 LEFT JOIN LATERAL (
     SELECT end_offset FROM import_chunk WHERE job_id = j.id ORDER BY chunk_no DESC LIMIT 1
@@ -324,8 +363,15 @@ LEFT JOIN LATERAL (
 CROSS JOIN LATERAL (
     SELECT sum(rows_read) AS live_rows_read, sum(inserted) AS live_inserted,
            sum(updated) AS live_updated, sum(invalid) AS live_invalid,
-           sum(error) AS live_error, sum(ignored) AS live_ignored
+           sum(error) AS live_error, sum(ignored) AS live_ignored,
+           coalesce(sum(rows_read) FILTER (WHERE done_at > now() - interval '10 seconds'), 0)
+               AS recent_rows,
+           max(end_offset) FILTER (WHERE done_at <= now() - interval '10 seconds')
+               AS offset_before_window
     FROM import_chunk
     WHERE job_id = j.id
       AND j.status NOT IN ('completed', 'completed_with_placeholders', 'failed', 'cancelled')
-) AS live;
+) AS live
+LEFT JOIN LATERAL (
+    SELECT q.position FROM import_claim_queue q WHERE q.id = j.id AND j.status = 'queued'
+) AS queue ON true;

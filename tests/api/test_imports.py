@@ -80,8 +80,9 @@ async def test_multipart_import_completes_with_the_cli_counters(
         "bytes": len(csv_bytes(HEADER, ROWS)),
         "bytes_total": len(csv_bytes(HEADER, ROWS)),
         "percent": 100.0,
+        "rows_per_s": None,
     }
-    assert job["eta_s"] is None
+    assert (job["eta_s"], job["phase"], job["queue_position"]) == (None, None, None)
     assert job["started_at"] is not None
     assert job["finished_at"] is not None
     assert await finalization_counts(server.dsn, uuid.UUID(str(job["id"]))) == (1, 1)

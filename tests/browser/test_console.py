@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import uuid
 from pathlib import Path
 
 import httpx
@@ -18,7 +19,8 @@ from playwright.async_api import Page, expect
 from tests.api.conftest import Server
 from tests.api.support import auth, csv_bytes, token, upload
 from tests.browser.conftest import ConsolePage
-from tests.support import bad_cpf, cpf
+from tests.jobs_support import eventually
+from tests.support import bad_cpf, cpf, fetch
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
@@ -165,6 +167,76 @@ async def test_the_console_imports_watches_reports_and_cancels(
         # No script error, no CSP violation, no failed request along the way.
         await expect(page.locator("#message")).not_to_have_attribute("data-kind", "error")
         assert console.errors == []
+
+
+ETA_TEXT = re.compile(r"^(\d+h \d{2}m \d{2}s|\d+m \d{2}s|\d+s)$")  # formatEta's shapes
+RATE_TEXT = re.compile(r"^[1-9][\d,]* rows/s$")
+
+
+async def test_the_console_shows_the_queue_position_then_the_phase_rate_and_eta(
+    console: ConsolePage,
+    console_server: Server,
+    client_ids: itertools.count[int],
+    tmp_path: Path,
+) -> None:
+    """Two long imports of the tenant hold both of its slots (2 workers, 2 per client): the
+    page's upload waits queued, first in line; once they are cancelled it runs, and the page
+    shows its phase, its rows/s and its ETA as the API gives them; at the end, dashes."""
+    page = console.page
+    client_id = next(client_ids)
+    bearer = token(client_id, "console-user")
+    content = large_csv(tmp_path / "large.csv").read_bytes()
+    async with httpx.AsyncClient(base_url=console_server.url, timeout=20) as http:
+        blockers = []
+        for n in range(2):
+            created = await upload(http, bearer, content, f"blocker-{n}.csv")
+            assert created.status_code == 202, created.text
+            blockers.append(str(created.json()["id"]))
+
+        async def both_claimed() -> bool | None:
+            rows = await fetch(
+                console_server.dsn,
+                "SELECT count(*) AS n FROM import_job WHERE id = ANY($1::uuid[])"
+                " AND lease_expires_at > now()",
+                [uuid.UUID(b) for b in blockers],
+            )
+            return rows[0]["n"] == 2 or None
+
+        await eventually(both_claimed)
+        await sign_in(page, console_server, bearer, client_id)
+        job_id = await submit(page, tmp_path / "large.csv", "merge")
+        status = page.locator("#job-status")
+        await expect(status).to_have_attribute("data-status", "queued", timeout=UI_TIMEOUT_MS)
+        waiting = await api_job(http, bearer, job_id)
+        assert (waiting["status"], waiting["queue_position"]) == ("queued", 1)
+        await expect(page.locator("#job-queue")).to_have_text(
+            "(queue position 1)", timeout=UI_TIMEOUT_MS
+        )
+        await expect(page.locator("#job-phase")).to_have_text("—")
+        await expect(page.locator("#job-rate")).to_have_text("—")
+
+        for blocker in blockers:
+            cancelled = await http.post(f"/v1/imports/{blocker}/cancel", headers=auth(bearer))
+            assert cancelled.status_code == 202, cancelled.text
+        await expect(status).to_have_attribute("data-status", "importing", timeout=JOB_TIMEOUT_MS)
+        await expect(page.locator("#job-queue")).to_have_text("")
+        await expect(page.locator("#job-phase")).to_have_text("applying", timeout=UI_TIMEOUT_MS)
+        await expect(page.locator("#job-rate")).to_have_text(RATE_TEXT, timeout=UI_TIMEOUT_MS)
+        await expect(page.locator("#job-eta")).to_have_text(ETA_TEXT, timeout=UI_TIMEOUT_MS)
+        running = await api_job(http, bearer, job_id)
+        assert running["phase"] in ("applying", "finalizing")
+        shown_progress = running["progress"]
+        assert isinstance(shown_progress, dict)
+        assert shown_progress["rows_per_s"] > 0
+
+        await page.click("#job-cancel")
+        await expect(status).to_have_attribute("data-status", "cancelled", timeout=JOB_TIMEOUT_MS)
+        ended = await api_job(http, bearer, job_id)
+        assert (ended["phase"], ended["eta_s"], ended["queue_position"]) == (None, None, None)
+        for selector in ("#job-phase", "#job-rate", "#job-eta"):
+            await expect(page.locator(selector)).to_have_text("—")
+        await expect(page.locator("#job-queue")).to_have_text("")
+    assert console.errors == []
 
 
 async def test_the_page_refuses_inline_script(console: ConsolePage, console_server: Server) -> None:

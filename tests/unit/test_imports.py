@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -15,7 +16,6 @@ from importer.imports import (
     can_see,
     decode_cursor,
     encode_cursor,
-    eta_seconds,
     job_document,
     parse_history_query,
     percent_done,
@@ -245,18 +245,12 @@ def view(**changes: object) -> JobView:
     return JobView(**fields)
 
 
-def test_eta_from_the_byte_rate() -> None:
-    assert eta_seconds(250, 1000, NOW - dt.timedelta(seconds=10), NOW) == 30.0
-    assert eta_seconds(0, 1000, NOW, NOW) is None
-    assert eta_seconds(10, None, NOW, NOW) is None
-    assert eta_seconds(10, 100, None, NOW) is None
-    assert eta_seconds(10, 100, NOW, NOW) is None  # no time elapsed: no rate yet
-    assert eta_seconds(200, 100, NOW - dt.timedelta(seconds=1), NOW) == 0.0
-
-
 def test_job_document() -> None:
-    document = job_document(view(), NOW)
+    # 10 s into the run, 250 bytes and 10 rows committed in the window: 25 B/s, 750 to go.
+    document = job_document(view(batches_done=True, recent_rows=10, recent_bytes=250), NOW)
     assert document["status"] == "importing"
+    assert document["phase"] == "applying"
+    assert document["queue_position"] is None
     assert document["counters"] == {
         "rows_read": 10,
         "inserted": 8,
@@ -265,13 +259,58 @@ def test_job_document() -> None:
         "error": 0,
         "ignored": 0,
     }
-    assert document["progress"] == {"rows": 10, "bytes": 250, "bytes_total": 1000, "percent": 25.0}
+    assert document["progress"] == {
+        "rows": 10,
+        "bytes": 250,
+        "bytes_total": 1000,
+        "percent": 25.0,
+        "rows_per_s": 1.0,
+    }
     assert document["eta_s"] == 30.0
     assert document["started_at"] == "2026-07-01T11:59:50+00:00"
     assert document["finished_at"] is None
     done = job_document(view(status=JobStatus.COMPLETED, finished_at=NOW), NOW)
-    assert done["eta_s"] is None
+    assert (done["eta_s"], done["phase"], done["queue_position"]) == (None, None, None)
     assert done["progress"]["percent"] == 100.0
+    assert done["progress"]["rows_per_s"] is None
+
+
+def test_the_rate_is_the_last_window_s_not_the_run_s() -> None:
+    """An hour into the run, the last 10 s committed 500 rows and 100 bytes: 50 rows/s,
+    10 B/s; the ETA goes by that rate, not the hour's average."""
+    old = view(
+        started_at=NOW - dt.timedelta(hours=1),
+        batches_done=True,
+        recent_rows=500,
+        recent_bytes=100,
+        bytes_read=900,
+    )
+    document = job_document(old, NOW)
+    assert document["progress"]["rows_per_s"] == 50.0
+    assert document["eta_s"] == 10.0
+    stalled = job_document(replace(old, recent_rows=0, recent_bytes=0), NOW)
+    assert stalled["progress"]["rows_per_s"] == 0.0
+    assert stalled["eta_s"] is None  # no recent rate: unknown
+
+
+@pytest.mark.parametrize(
+    ("status", "changes", "phase", "position"),
+    [
+        (JobStatus.QUEUED, {"queue_position": 3}, None, 3),
+        (JobStatus.NORMALIZING, {}, "reading", None),
+        (JobStatus.IMPORTING, {}, "reading", None),
+        (JobStatus.IMPORTING, {"batches_done": True}, "applying", None),
+        (JobStatus.IMPORTING, {"batches_done": True, "read_to_end": True}, "finalizing", None),
+        (JobStatus.IMPORTING, {"read_to_end": True}, "finalizing", None),
+        (JobStatus.CANCELLED, {"batches_done": True, "queue_position": 2}, None, None),
+        (JobStatus.UPLOADED, {}, None, None),
+    ],
+)
+def test_phase_and_queue_position(
+    status: JobStatus, changes: dict[str, object], phase: str | None, position: int | None
+) -> None:
+    document = job_document(view(status=status, **changes), NOW)
+    assert (document["phase"], document["queue_position"]) == (phase, position)
 
 
 def test_percent_unknown_without_a_size() -> None:
