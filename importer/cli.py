@@ -41,7 +41,7 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     db.add_subparsers(dest="db_command", required=True).add_parser(
         "migrate", help="apply schema.sql (idempotent)"
     )
-    imp = commands.add_parser("import", help="import a CSV/JSONL file (plain or .gz)")
+    imp = commands.add_parser("import", help="import a CSV/JSONL/XLSX file (plain or .gz)")
     imp.add_argument("path", type=Path)
     imp.add_argument("--client-id", type=int, required=True)
     imp.add_argument(

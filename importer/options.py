@@ -206,7 +206,7 @@ def parse_layout_document(value: object) -> dict[str, object]:
 
 def parse_format(value: object) -> InputFormat:
     if not isinstance(value, str) or value.strip().lower() not in {f.value for f in InputFormat}:
-        raise ValueError("must be csv or jsonl")
+        raise ValueError("must be csv, jsonl or xlsx")
     return InputFormat(value.strip().lower())
 
 

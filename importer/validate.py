@@ -102,6 +102,7 @@ class Layout:
     encoding: str | None = None
     has_header: bool = True
     unmapped_as_custom: bool = True
+    sheet: str | int | None = None  # XLSX: the sheet's name or 0-based position (None: the first)
 
 
 def parse_target(word: str) -> Target | None:
@@ -138,8 +139,26 @@ def parse_layout(document: Mapping[str, object]) -> Layout:
     if unmapped not in ("custom", "ignore"):
         raise LayoutError("layout.unmapped must be 'custom' or 'ignore'")
     return Layout(
-        parsed, delimiter, _optional_str(document, "encoding"), has_header, unmapped == "custom"
+        parsed,
+        delimiter,
+        _optional_str(document, "encoding"),
+        has_header,
+        unmapped == "custom",
+        _sheet(document.get("sheet")),
     )
+
+
+def _sheet(value: object) -> str | int | None:
+    """An XLSX layout's ``sheet``: a name, or a 0-based position."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise LayoutError("layout.sheet must be a sheet name or a 0-based position")
+    if isinstance(value, int) and value < 0:
+        raise LayoutError("layout.sheet position must be 0 or more")
+    if isinstance(value, str) and not value.strip():
+        raise LayoutError("layout.sheet must not be empty")
+    return value
 
 
 def _layout_column(item: object) -> LayoutColumn:
