@@ -3,9 +3,11 @@
 Usage: .venv/bin/python benchmarks/bench_xlsx.py [--rows N] [--keep PATH]
 
 Writes a workbook of N rows (default 200,000) and 8 columns with openpyxl's write-only mode --
-a header, then name, CPF and phone as numbers, e-mail and city as text, a birth date, a boolean
--- once as Excel does (shared strings) and reads it back with each library in a fresh
-subprocess, so that each figure is that library's alone:
+a header, then name, CPF and phone as numbers, e-mail and city as text, a birth date, a boolean,
+a sparse note -- laid out as Excel saves it (strings in the shared-strings table, a
+``<dimension>``: tests/xlsx_support.py), and reads it back with each library in a fresh
+subprocess, so that each figure is that library's alone (python-calamine is not a dependency:
+``pip install python-calamine`` to run this):
 
 * wall and CPU seconds to read every row's values;
 * seconds to the first row (what "streaming" means to a pipeline that must start cutting
@@ -13,7 +15,9 @@ subprocess, so that each figure is that library's alone:
 * peak RSS of the subprocess (``ru_maxrss``), and its growth over the interpreter's baseline;
 * the same at N/4 rows: an RSS that grows with the rows is not streaming.
 
-It also prints what each library hands back for a numeric, a date, a boolean and an empty cell.
+It also prints what each library hands back for a numeric, a date, a boolean and an empty cell,
+and reads a hostile two-cell workbook (A1 and XFD1048576, a few KB) with each, in a subprocess
+limited to 4 GiB of address space.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ def write_workbook(path: Path, rows: int) -> None:
             ]
 
     xlsx_support.write_workbook(path, contacts(), sheet="Contatos")
+    xlsx_support.add_dimension(path, f"A1:H{rows + 1}")  # as Excel writes it
 
 
 def _rss_mib() -> float:
@@ -135,6 +140,32 @@ def cell_types(path: str) -> dict[str, list[str]]:
     }
 
 
+def sparse_workbook(path: Path) -> Path:
+    """Two cells, at the first and the last address a sheet has."""
+    xlsx_support.write_workbook(path, [["a"]], shared_strings=False)
+    cells = '<row r="1"><c r="A1"><v>1</v></c></row>'
+    cells += '<row r="1048576"><c r="XFD1048576"><v>2</v></c></row>'
+    xlsx_support.replace_part(path, xlsx_support.SHEET_XML, xlsx_support.sheet_xml(cells))
+    return path
+
+
+def _sparse(library: str, path: Path) -> str:
+    limit = "import resource; resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30, 4 * 2**30))"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"{limit}\nimport runpy, sys; sys.argv = {[__file__, '--child', library, str(path)]!r}; runpy.run_path(sys.argv[0], run_name='__main__')",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode:
+        return f"exit {done.returncode}: {done.stderr.strip().splitlines()[0][:120]}"
+    return done.stdout.strip()
+
+
 def _child(library: str, path: Path) -> dict[str, object]:
     out = subprocess.run(
         [sys.executable, __file__, "--child", library, str(path)],
@@ -167,6 +198,9 @@ def main() -> None:
         for library in ("calamine", "openpyxl"):
             print(f"  {library:<9} {_child(library, path)}")
     print(json.dumps(cell_types(str(folder / f"contacts_{args.rows}.xlsx")), indent=1))
+    sparse = sparse_workbook(folder / "sparse.xlsx")
+    for library in ("calamine", "openpyxl"):
+        print(f"sparse {library:<9} {_sparse(library, sparse)}")
 
 
 if __name__ == "__main__":

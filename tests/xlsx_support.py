@@ -93,6 +93,17 @@ def to_shared_strings(path: Path, sheet_part: str = SHEET_XML) -> None:
     _write_parts(path, parts)
 
 
+def add_dimension(path: Path, ref: str, sheet_part: str = SHEET_XML) -> None:
+    """Give the sheet the ``<dimension ref=...>`` Excel writes (openpyxl's write-only mode does
+    not, and its read-only mode then parses the whole sheet once more to size it)."""
+    with zipfile.ZipFile(path) as source:
+        data = source.read(sheet_part)
+    head, _, rest = data.partition(b"<sheetData")
+    replace_part(
+        path, sheet_part, head + f'<dimension ref="{ref}" />'.encode() + b"<sheetData" + rest
+    )
+
+
 def replace_part(path: Path, part: str, data: bytes) -> None:
     """Put ``data`` as ``part`` of the workbook (e.g. a hand-written sheet XML)."""
     with zipfile.ZipFile(path) as source:
