@@ -14,14 +14,15 @@ held whole, has its own cap. Only stored and deflated members are read (what Exc
 Cells are read as the user sees them (:func:`cell_text`): an integral number is its digits
 (``52998224725.0`` → ``52998224725``), a date its ISO date, a boolean ``TRUE``/``FALSE``, an
 empty cell ``""``, a formula its cached value. A record's ``line`` is the sheet's row number and
-its ``end_offset`` the workbook file's bytes read so far (for progress: a resumed run re-reads
-the sheet and skips to ``end_line``). Rows are as wide as the first one (the header): shorter
-rows are padded with empty cells, empty cells past it are dropped.
+its ``end_offset`` the workbook file's bytes read so far, the whole file at the sheet's end (for
+progress: a resumed run re-reads the sheet and skips to ``end_line``). Rows are as wide as the
+first one (the header): shorter rows are padded with empty cells, empty cells past it dropped.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import io
 import math
 import tempfile
 import warnings
@@ -210,6 +211,7 @@ class SheetReader:
         max_record_chars: int = 1048576,
         max_decompressed_bytes: int = 40 * 1024**3,
     ) -> None:
+        self._size = file.seek(0, io.SEEK_END)
         open_archive(file, max_decompressed_bytes)
         self._file = file
         self._max_field = max_field_chars
@@ -240,10 +242,12 @@ class SheetReader:
     def read(self, count: int = ROWS_PER_READ) -> list[RawRecord] | None:
         """The records of the next ``count`` rows (empty rows skipped); None at the sheet's end."""
         rows: list[tuple[int, tuple[object, ...]]] = []
+        ended = False
         try:
             for _ in range(count):
                 values = next(self._rows, None)
                 if values is None:
+                    ended = True
                     break
                 rows.append((self._next_line(), values))
         except _DAMAGED as exc:
@@ -251,7 +255,7 @@ class SheetReader:
         if not rows:
             self.close()
             return None
-        offset = self._file.tell()
+        offset = self._size if ended else self._file.tell()  # the last rows: the whole file
         return [record for line, values in rows if (record := self._record(line, values, offset))]
 
     def _next_line(self) -> int:
