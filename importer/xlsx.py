@@ -32,9 +32,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 from xml.etree.ElementTree import ParseError
 
-from openpyxl import load_workbook
-from openpyxl.utils.exceptions import InvalidFileException
-
 from importer.exceptions import FileRejectedError
 from importer.models import Reason
 from importer.reader import RAW_CHARS, RawRecord
@@ -51,7 +48,6 @@ _EXACT_FLOAT = 2**53  # integral floats below this are exact integers
 _DAMAGED = (
     zipfile.BadZipFile,
     zipfile.LargeZipFile,
-    InvalidFileException,
     ParseError,
     zlib.error,
     EOFError,
@@ -212,7 +208,11 @@ class SheetReader:
         max_decompressed_bytes: int = 40 * 1024**3,
     ) -> None:
         self._size = file.seek(0, io.SEEK_END)
+        if self._size == 0:
+            raise FileRejectedError(Reason.EMPTY_FILE, "the file holds no data")
         open_archive(file, max_decompressed_bytes)
+        from openpyxl import load_workbook  # here: 0.3 s of import the CSV-only runs never pay
+
         self._file = file
         self._max_field = max_field_chars
         self._max_record = max_record_chars

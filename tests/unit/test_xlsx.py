@@ -204,7 +204,7 @@ def test_random_bytes_and_a_truncated_zip_are_unreadable(tmp_path: Path) -> None
     assert rejection(cut).reason is Reason.UNREADABLE_WORKBOOK
     empty = tmp_path / "empty.xlsx"
     empty.write_bytes(b"")
-    assert rejection(empty).reason is Reason.UNREADABLE_WORKBOOK
+    assert rejection(empty).reason is Reason.EMPTY_FILE  # as an empty CSV
 
 
 def test_a_damaged_sheet_is_unreadable(tmp_path: Path) -> None:
