@@ -291,3 +291,26 @@ def test_a_resumed_workbook_gives_the_batches_after_its_checkpoint(tmp_path: Pat
         last = next(b for b in whole if b.chunk_no == chunk_no)
         resumed = parse(job, data, Checkpoint(chunk_no, last.end_offset, last.end_line))
         assert resumed == [b for b in whole if b.chunk_no > chunk_no]
+
+
+def test_rows_past_excels_last_row_are_refused(tmp_path: Path) -> None:
+    path = xs.write_workbook(tmp_path / "far.xlsx", [["cpf"]], shared_strings=False)
+    far = (
+        '<row r="1"><c r="A1"><v>1</v></c></row><row r="1048577"><c r="A1048577"><v>2</v></c></row>'
+    )
+    xs.replace_part(path, xs.SHEET_XML, xs.sheet_xml(far))
+    error = rejection(path)
+    assert error.reason is Reason.UNREADABLE_WORKBOOK
+    assert "1048576" in error.detail
+
+
+def test_an_entity_expansion_bomb_in_the_sheet_is_unreadable(tmp_path: Path) -> None:
+    path = xs.write_workbook(tmp_path / "lol.xlsx", [["cpf"]], shared_strings=False)
+    entities = '<!ENTITY a0 "lollollollollollollollollollol">' + "".join(
+        f'<!ENTITY a{n} "{f"&a{n - 1};" * 10}">' for n in range(1, 10)
+    )
+    sheet = xs.sheet_xml('<row r="1"><c r="A1" t="inlineStr"><is><t>&a9;</t></is></c></row>')
+    xs.replace_part(path, xs.SHEET_XML, f"<!DOCTYPE worksheet [{entities}]>".encode() + sheet)
+    started = time.perf_counter()
+    assert rejection(path).reason is Reason.UNREADABLE_WORKBOOK
+    assert time.perf_counter() - started < 5
