@@ -108,7 +108,7 @@ def _add_import_parser(
 ) -> None:
     imp = commands.add_parser(
         "import",
-        help="import a CSV/JSONL file (plain or .gz) or an s3:// object, in this process",
+        help="import a CSV/JSONL/XLSX file (plain or .gz) or an s3:// object, in this process",
         description="Import a contact list into PostgreSQL in this process: one job, COPY in\n"
         "chunks, a live bar on a terminal and a summary at the end.",
         epilog=IMPORT_EPILOG,
@@ -146,7 +146,7 @@ def _add_import_parser(
     imp.add_argument(
         "--format",
         choices=[f.value for f in InputFormat],
-        help="default: from the name (.jsonl/.ndjson, optionally .gz, is jsonl; else csv)",
+        help="default: from the name (.jsonl/.ndjson: jsonl, .xlsx: xlsx, +.gz; else csv)",
     )
     imp.add_argument(
         "--chunk-size",

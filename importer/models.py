@@ -51,6 +51,7 @@ class ConflictStrategy(enum.StrEnum):
 class InputFormat(enum.StrEnum):
     CSV = "csv"
     JSONL = "jsonl"
+    XLSX = "xlsx"
 
 
 class Channel(enum.IntEnum):
@@ -106,6 +107,7 @@ class Reason(enum.StrEnum):
     INVALID_LAYOUT = "invalid_layout"
     TOO_MANY_COLUMNS = "too_many_columns"
     SOURCE_UNREADABLE = "source_unreadable"
+    UNREADABLE_WORKBOOK = "unreadable_workbook"  # XLSX: corrupt, truncated or password-protected
     INTERNAL_ERROR = "internal_error"
 
 

@@ -89,7 +89,7 @@ class JobBody(BaseModel):
         "null otherwise"
     )
     conflict_strategy: Literal["merge", "discard"]
-    format: Literal["csv", "jsonl"]
+    format: Literal["csv", "jsonl", "xlsx"]
     filename: str | None
     size: int | None
     sha256: str | None
@@ -162,13 +162,13 @@ class ImportOptionsBody(BaseModel):
         default=None, description="a layout document, as the CLI's --layout file holds it"
     )
     layout_id: int | None = Field(default=None, description="a stored layout (/v1/layouts)")
-    format: Literal["csv", "jsonl"] | None = Field(
+    format: Literal["csv", "jsonl", "xlsx"] | None = Field(
         default=None, description="default: from the file name"
     )
 
 
 class MultipartImportForm(ImportOptionsBody):
-    file: bytes = Field(description="the CSV or JSONL file (optionally .gz); streamed")
+    file: bytes = Field(description="the CSV, JSONL or XLSX file (optionally .gz); streamed")
 
 
 class HsmImportForm(MultipartImportForm):

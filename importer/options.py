@@ -210,7 +210,7 @@ def _add_layout_problem(problems: Problems, exc: LayoutError, field: str) -> Non
 
 def parse_format(value: object) -> InputFormat:
     if not isinstance(value, str) or value.strip().lower() not in {f.value for f in InputFormat}:
-        raise ValueError("must be csv or jsonl")
+        raise ValueError("must be csv, jsonl or xlsx")
     return InputFormat(value.strip().lower())
 
 

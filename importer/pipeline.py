@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import structlog
@@ -62,6 +62,7 @@ from importer.validate import (
     plan_for_positions,
     record_issue,
 )
+from importer.xlsx import SheetReader, WorkbookSpool
 
 log = structlog.get_logger("importer.pipeline")
 
@@ -114,6 +115,11 @@ class BlockParser:
     Given a :class:`Checkpoint`, it resumes there: the head still gives the encoding, the
     delimiter and the header, but the bytes up to the checkpoint are dropped undecoded and
     chunks are numbered on from it (same chunk size: the same chunk boundaries as before).
+
+    An XLSX workbook is spooled to a temporary file as its blocks come (a zip is read from its
+    end); once the last block is in, :meth:`pull_rows` reads its sheet a few thousand rows at a
+    time. A resumed run reads the sheet again from its header and drops the rows before the
+    checkpoint's line. :meth:`close` drops the spool, whatever the run's end.
     """
 
     def __init__(
@@ -134,6 +140,8 @@ class BlockParser:
         self._started = False
         self._checkpoint = checkpoint
         self._position = 0  # decoded-stream bytes passed to the reader or dropped before it
+        self._spool = WorkbookSpool() if self._format is InputFormat.XLSX else None
+        self._sheet: SheetReader | None = None
 
     def push(self, block: bytes) -> None:
         """Take the next raw block; :meth:`pull` then parses it piece by piece."""
@@ -149,17 +157,69 @@ class BlockParser:
     def pull(self) -> list[Batch] | None:
         """The batches of the next piece of the pushed block; None once it is used up."""
         piece = next(self._pieces, None)
-        return None if piece is None else self._feed_decoded(piece)
+        if piece is None:
+            return None
+        if self._spool is not None:
+            self._spool.write(piece)
+            return []
+        return self._feed_decoded(piece)
+
+    def pull_rows(self) -> list[Batch] | None:
+        """After the last block: the batches of a workbook's next rows; None once all are read
+        (and at once for CSV and JSON Lines, whose last records :meth:`finish` gives)."""
+        if self._spool is None:
+            return None
+        if self._sheet is None:
+            if self._inflater is not None:
+                self._inflater.finish()
+            self._sheet = self._open_sheet(self._spool)
+        records = self._sheet.read()
+        if records is None:
+            return None
+        if self._checkpoint is not None:
+            records = self._after_checkpoint(records, self._checkpoint)
+        return self.chunker.feed(records)
+
+    def close(self) -> None:
+        if self._sheet is not None:
+            self._sheet.close()
+        if self._spool is not None:
+            self._spool.close()
 
     def finish(self) -> list[Batch]:
         if self._inflater is not None:
             self._inflater.finish()
+        if self._spool is not None:
+            return self.chunker.finish()
         batches: list[Batch] = []
         reader = self._reader
         if reader is None:
             reader = self._start(bytes(self._head))
             batches += self.chunker.feed(reader.feed(self._resumed(bytes(self._head))))
         return batches + self.chunker.feed(reader.finish()) + self.chunker.finish()
+
+    def _open_sheet(self, spool: WorkbookSpool) -> SheetReader:
+        limits, layout = self._config.limits, self._config.layout
+        return SheetReader(
+            spool.file,
+            sheet=layout.sheet if layout is not None else None,
+            max_field_chars=limits.max_field_chars,
+            max_record_chars=limits.max_record_chars,
+            max_decompressed_bytes=limits.max_decompressed_bytes,
+        )
+
+    def _after_checkpoint(
+        self, records: list[RawRecord], checkpoint: Checkpoint
+    ) -> list[RawRecord]:
+        """A resumed workbook's records after the checkpoint's line; the first record (the
+        header, or the first row without one) plans the rows, as in the first run."""
+        if not self.chunker.header_seen:
+            if not records:
+                return records
+            if not self.chunker.resume(checkpoint, records[0]):
+                self._checkpoint = None  # an unreadable header: the chunker rejects the file
+                return records
+        return [record for record in records if record.line >= checkpoint.end_line]
 
     def _feed_decoded(self, data: bytes) -> list[Batch]:
         reader = self._reader
@@ -353,7 +413,7 @@ class Chunker:
     def resume(self, checkpoint: Checkpoint, first: RawRecord | JsonRecord | None) -> bool:
         """Go on after ``checkpoint``: build the CSV plan from the file's first record (header
         or row; not counted: it lies before the checkpoint). False: no first record to plan by."""
-        if self._job.input_format is InputFormat.CSV:
+        if self._job.input_format is not InputFormat.JSONL:
             if not isinstance(first, RawRecord) or first.fields is None:
                 return False
             self._start_csv(first)
@@ -362,7 +422,7 @@ class Chunker:
         return True
 
     def finish(self) -> list[Batch]:
-        if self._job.input_format is InputFormat.CSV and not self.header_seen:
+        if self._job.input_format is not InputFormat.JSONL and not self.header_seen:
             raise FileRejectedError(Reason.EMPTY_FILE, "the file has no records")
         return self._buffer.cut() if self._buffer.count else []
 
@@ -570,6 +630,14 @@ class ImportRun:
         Returns early once ``stop`` is set: the batches not yet queued are left for a later run.
         """
         parser = BlockParser(self.job, self._source.name, self._config, checkpoint)
+        try:
+            await self._parse_source(parser, done)
+        finally:
+            parser.close()
+
+    async def _parse_source(
+        self, parser: BlockParser, done: frozenset[tuple[int, int, int]]
+    ) -> None:
         started = False
         limit = self._config.limits.max_file_bytes
         async for block in self._source.blocks(self._config.read_block_bytes):
@@ -577,10 +645,15 @@ class ImportRun:
             self._observer.on_bytes_read(len(block))
             _check_size(self.state.bytes_read, limit)
             parser.push(block)
-            while (batches := await self._parse(parser)) is not None:
+            while (batches := await self._parse(parser.pull)) is not None:
                 started = await self._ensure_started(parser.chunker, started)
                 await self._warn(parser)
                 await self._submit(batches, done)
+            if self.stop.is_set():
+                return
+        while (batches := await self._parse(parser.pull_rows)) is not None:  # a workbook's rows
+            started = await self._ensure_started(parser.chunker, started)
+            await self._submit(batches, done)
             if self.stop.is_set():
                 return
         batches = await asyncio.to_thread(parser.finish)
@@ -591,10 +664,10 @@ class ImportRun:
         if not self.stop.is_set():  # every batch is queued: the phase `finalizing`
             await self._store.mark_read_to_end(self.job.id, owner=self.job.lease_owner)
 
-    async def _parse(self, parser: BlockParser) -> list[Batch] | None:
-        """The next piece's batches, parsed in a thread once the throttle gives the turn."""
+    async def _parse(self, step: Callable[[], list[Batch] | None]) -> list[Batch] | None:
+        """The next step's batches, parsed in a thread once the throttle gives the turn."""
         await self._throttle.wait_turn()
-        return await asyncio.to_thread(parser.pull)
+        return await asyncio.to_thread(step)
 
     async def _warn(self, parser: BlockParser) -> None:
         """Record the file-level warning once, before the batches read with it are submitted

@@ -141,10 +141,13 @@ def rows_per_second(rows: int, seconds: float) -> float:
 
 
 def format_for(name: str) -> InputFormat:
-    """The input format implied by a file name (``.jsonl``, ``.ndjson``, optionally ``.gz``)."""
+    """The input format implied by a file name (``.jsonl``, ``.ndjson``, ``.xlsx``, optionally
+    ``.gz``); CSV otherwise."""
     base = name.lower().removesuffix(".gz")
     if base.endswith((".jsonl", ".ndjson")):
         return InputFormat.JSONL
+    if base.endswith(".xlsx"):
+        return InputFormat.XLSX
     return InputFormat.CSV
 
 

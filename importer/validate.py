@@ -104,6 +104,7 @@ class Layout:
     encoding: str | None = None
     has_header: bool = True
     unmapped_as_custom: bool = True
+    sheet: str | int | None = None  # XLSX: the sheet's name or 0-based position (None: the first)
 
 
 def parse_target(word: str) -> Target | None:
@@ -157,7 +158,14 @@ def parse_layout(document: Mapping[str, object]) -> Layout:
     unmapped = document.get("unmapped", "custom")
     if unmapped not in ("custom", "ignore"):
         raise LayoutError("layout.unmapped must be 'custom' or 'ignore'", "layout.unmapped")
-    return Layout(parsed, delimiter, _layout_encoding(document), has_header, unmapped == "custom")
+    return Layout(
+        parsed,
+        delimiter,
+        _layout_encoding(document),
+        has_header,
+        unmapped == "custom",
+        _sheet(document.get("sheet")),
+    )
 
 
 def _layout_encoding(document: Mapping[str, object]) -> str | None:
@@ -171,6 +179,20 @@ def _layout_encoding(document: Mapping[str, object]) -> str | None:
                 f"layout.encoding {encoding!r} is not a known character set", "layout.encoding"
             ) from None
     return encoding
+
+
+def _sheet(value: object) -> str | int | None:
+    """An XLSX layout's ``sheet``: a name, or a 0-based position."""
+    if value is None:
+        return None
+    where = "layout.sheet"
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise LayoutError("layout.sheet must be a sheet name or a 0-based position", where)
+    if isinstance(value, int) and value < 0:
+        raise LayoutError("layout.sheet position must be 0 or more", where)
+    if isinstance(value, str) and not value.strip():
+        raise LayoutError("layout.sheet must not be empty", where)
+    return value
 
 
 def _layout_column(item: object, position: int) -> LayoutColumn:

@@ -105,7 +105,7 @@ CREATE TABLE IF NOT EXISTS import_job (
     source                      text NOT NULL,
     source_size                 bigint,
     source_sha256               text,
-    input_format                text NOT NULL CHECK (input_format IN ('csv', 'jsonl')),
+    input_format                text NOT NULL CHECK (input_format IN ('csv', 'jsonl', 'xlsx')),
     layout                      jsonb,
     conflict_strategy           text NOT NULL CHECK (conflict_strategy IN ('merge', 'discard')),
     chunk_size                  integer NOT NULL CHECK (chunk_size >= 1),
@@ -154,6 +154,10 @@ ALTER TABLE import_job ADD COLUMN IF NOT EXISTS data_removed_at timestamptz;
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS warnings jsonb NOT NULL DEFAULT '[]'::jsonb;
 -- The run's reader reached the end of the file (the phase `finalizing`); a claim clears it.
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS read_to_end_at timestamptz;
+-- XLSX input: tables made before it accepted csv and jsonl only.
+ALTER TABLE import_job DROP CONSTRAINT IF EXISTS import_job_input_format_check;
+ALTER TABLE import_job ADD CONSTRAINT import_job_input_format_check
+    CHECK (input_format IN ('csv', 'jsonl', 'xlsx'));
 
 -- History, newest first: the keyset (created_at, id) read backwards from the cursor, per client
 -- and per client and user. (The first index, (client_id, created_at DESC, id), could not serve
