@@ -8,7 +8,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 
 import orjson
@@ -20,8 +20,9 @@ from rich.table import Table
 from importer import admin, failpoints, runtime
 from importer.auth import DEFAULT_TTL_S, MAX_CLIENT_ID, Permission, Principal, mint_token
 from importer.exceptions import ConfigurationError, ImporterError
+from importer.lifecycle import RunEnding
 from importer.logs import configure_logging
-from importer.models import ConflictStrategy, Counters, InputFormat
+from importer.models import ConflictStrategy, Counters, InputFormat, JobStatus
 from importer.service import ImportOutcome, ImportRequest, format_for
 from importer.settings import Settings
 from importer.validate import parse_layout
@@ -128,10 +129,19 @@ def _add_admin_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
     job_commands = job.add_subparsers(dest="job_command", required=True)
     requeue = job_commands.add_parser(
         "requeue",
-        help="a failed or cancelled import (or a completed one whose data was removed) back to "
-        "queued: the next run resumes from its ledger",
+        help="a failed, cancelled or abandoned (lease expired) import (or a completed one whose "
+        "data was removed) back to queued for the workers: the next run resumes from its ledger",
     )
     requeue.add_argument("job_id", type=_job_id)
+    resume = job_commands.add_parser(
+        "resume",
+        help="run a cancelled, failed or abandoned (lease expired) import on in this process from "
+        "its checkpoint, with the progress bar (a command-line import: its file at the same path, "
+        "with the same size and sha256)",
+    )
+    resume.add_argument("job_id", type=_job_id)
+    resume.add_argument("--errors-out", type=Path, help="write the error report (CSV) here")
+    resume.add_argument("--json", action="store_true", help="one JSON object on stdout")
     remove = job_commands.add_parser(
         "remove-data",
         help="soft-delete the contacts an ended import created and clear its ledger (idempotent)",
@@ -250,22 +260,64 @@ def _tune_gc() -> None:
 def _import(settings: Settings, args: argparse.Namespace) -> int:
     request = _request(args)
     _tune_gc()
+    path = args.path.absolute()  # sealed on the job: `importer job resume` finds it there
+    interrupt = runtime.Interrupt()
+
+    def run(progress: TerminalProgress | None) -> Coroutine[None, None, ImportOutcome]:
+        return runtime.run_import(settings, path, request, progress, args.errors_out, interrupt)
+
+    return _report(_with_bar(args.json, run), interrupt, args.json)
+
+
+def _resume(settings: Settings, args: argparse.Namespace) -> int:
+    """``importer job resume JOB``: like ``import``; a refusal is one line on stderr, exit 1."""
+    _tune_gc()
+    interrupt = runtime.Interrupt()
+
+    def run(progress: TerminalProgress | None) -> Coroutine[None, None, ImportOutcome]:
+        return runtime.run_resume(settings, args.job_id, progress, args.errors_out, interrupt)
+
+    try:
+        outcome = _with_bar(args.json, run)
+    except ImporterError as exc:
+        print(f"importer: {exc}", file=sys.stderr)
+        return 1
+    return _report(outcome, interrupt, args.json)
+
+
+def _with_bar(
+    json_out: bool, run: Callable[[TerminalProgress | None], Coroutine[None, None, ImportOutcome]]
+) -> ImportOutcome:
+    """Run the import, with the live bar on a terminal (not with ``--json``)."""
     console = Console(stderr=True)
-    show_bar = console.is_terminal and not args.json
-    if show_bar:
+    if console.is_terminal and not json_out:
         with TerminalProgress(console) as progress:
-            outcome = uvloop.run(
-                runtime.run_import(settings, args.path, request, progress, args.errors_out)
-            )
-    else:
-        outcome = uvloop.run(
-            runtime.run_import(settings, args.path, request, None, args.errors_out)
-        )
-    if args.json:
+            return uvloop.run(run(progress))
+    return uvloop.run(run(None))
+
+
+def _report(outcome: ImportOutcome, interrupt: runtime.Interrupt, json_out: bool) -> int:
+    """The summary (or the JSON document); how to resume a job left unfinished. Exit 0 when
+    completed, 128 + the signal when the user's SIGINT (130) or SIGTERM (143) cancelled it,
+    else 1."""
+    if json_out:
         sys.stdout.write(orjson.dumps(outcome_document(outcome)).decode() + "\n")
     else:
         Console().print(summary_table(outcome))
-    return 0 if outcome.succeeded else 1
+    if outcome.status in (JobStatus.CANCELLED, JobStatus.FAILED) or outcome.ending in (
+        RunEnding.LEASE_LOST,
+        RunEnding.INTERRUPTED,
+    ):
+        print(
+            f"importer: import {outcome.job_id} {outcome.status.value}: resume it with"
+            f" `importer job resume {outcome.job_id}`",
+            file=sys.stderr,
+        )
+    if outcome.succeeded:
+        return 0
+    if outcome.status is JobStatus.CANCELLED and interrupt.exit_code is not None:
+        return interrupt.exit_code
+    return 1
 
 
 def _token(settings: Settings, args: argparse.Namespace) -> int:
@@ -339,6 +391,8 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     if args.command in ("token", "worker"):
         return _token(settings, args) if args.command == "token" else _worker(settings, args)
+    if args.command == "job" and args.job_command == "resume":
+        return _resume(settings, args)
     if args.command in ("job", "dlq"):
         return _admin(settings, args)
     if args.command == "serve":

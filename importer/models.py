@@ -204,6 +204,7 @@ class Job:
     # of its run is fenced by it.
     lease_owner: str | None = None
     cancel_requested: bool = False
+    local_path: str | None = None  # a command-line import's file (absolute path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -16,12 +15,12 @@ import asyncpg
 import structlog
 
 from importer.accelerator import HintingObserver
-from importer.adapters.files import LocalFileSource
 from importer.adapters.localstore import LocalObjectStore
 from importer.adapters.outbox import PostgresOutbox
 from importer.adapters.postgres import PostgresStore, connect_pool, migrate
 from importer.admin import AdminService
 from importer.fanout import BatchPublisher, ChunkHandler, FanoutSettings
+from importer.leases import process_owner
 from importer.ports import (
     DeadLetterQueue,
     MessagePublisher,
@@ -32,7 +31,13 @@ from importer.ports import (
 )
 from importer.relay import OutboxRelay
 from importer.report import write_csv_report
-from importer.service import ImportOutcome, ImportRequest, import_source
+from importer.service import (
+    ImportOutcome,
+    ImportRequest,
+    import_source,
+    resume_job,
+    seal_local_file,
+)
 from importer.settings import Settings
 from importer.worker import Worker
 
@@ -76,34 +81,100 @@ async def run_migrate(settings: Settings) -> None:
     await migrate(settings.database_url)
 
 
+class Interrupt:
+    """The command line's SIGINT or SIGTERM: the first sets ``event`` (the import stops between
+    chunks and ends ``cancelled``); a second one exits at once, like ``kill -9`` (the job's
+    lease then expires and the job is abandoned, resumable)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.signal: signal.Signals | None = None
+
+    def receive(self, sig: signal.Signals) -> None:
+        if self.signal is not None:
+            os.write(
+                2, b"importer: interrupted again: exiting now (resumable once its lease expires)\n"
+            )
+            os._exit(128 + sig)
+        self.signal = sig
+        self.event.set()
+
+    @property
+    def exit_code(self) -> int | None:
+        """128 + the signal's number (130 for SIGINT, 143 for SIGTERM), or None."""
+        return None if self.signal is None else 128 + self.signal
+
+
+@contextlib.asynccontextmanager
+async def interrupt_on_signals(interrupt: Interrupt) -> AsyncIterator[asyncio.Event]:
+    """SIGINT and SIGTERM go to ``interrupt`` while the block runs; yields its event."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, interrupt.receive, sig)
+    try:
+        yield interrupt.event
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
 async def run_import(
     settings: Settings,
     path: Path,
     request: ImportRequest,
     progress: Progress | None,
     errors_out: Path | None,
+    interrupt: Interrupt,
 ) -> ImportOutcome:
-    """Import one local file in this process; write the error report when asked."""
-    source = LocalFileSource(path)
+    """Import one local file (an absolute path) in this process, its size and sha256 sealed on
+    the job; write the error report when asked."""
+    local = await seal_local_file(path)
     pool = await connect_pool(
-        settings.database_url, request.concurrency + 2, lock_timeout_ms=settings.lock_timeout_ms
+        settings.database_url, request.concurrency + 3, lock_timeout_ms=settings.lock_timeout_ms
     )
     try:
         store = PostgresStore(pool)
-        async with stop_on_signals() as stop:
-            outcome = await import_source(store, source, request, settings, progress, stop)
-        if errors_out is not None:
-            with errors_out.open("w", encoding="utf-8", newline="") as out:
-                await write_csv_report(store.row_issues(outcome.job_id), out)
+        async with interrupt_on_signals(interrupt) as stop:
+            outcome = await import_source(
+                store, local.source, request, settings, progress, stop, local=local
+            )
+        await _write_report(store, outcome, errors_out)
         return outcome
     finally:
         await pool.close()
 
 
+async def run_resume(
+    settings: Settings,
+    job_id: uuid.UUID,
+    progress: Progress | None,
+    errors_out: Path | None,
+    interrupt: Interrupt,
+) -> ImportOutcome:
+    """``importer job resume``: run a cancelled, failed or abandoned job on in this process."""
+    pool = await connect_pool(
+        settings.database_url, settings.concurrency + 3, lock_timeout_ms=settings.lock_timeout_ms
+    )
+    try:
+        store = PostgresStore(pool)
+        async with interrupt_on_signals(interrupt) as stop:
+            objects = object_store(settings)
+            outcome = await resume_job(store, objects, job_id, settings, progress, stop)
+        await _write_report(store, outcome, errors_out)
+        return outcome
+    finally:
+        await pool.close()
+
+
+async def _write_report(store: PostgresStore, outcome: ImportOutcome, out: Path | None) -> None:
+    if out is not None:
+        with out.open("w", encoding="utf-8", newline="") as handle:
+            await write_csv_report(store.row_issues(outcome.job_id), handle)
+
+
 def worker_owner(index: int) -> str:
-    """A lease owner unique to this worker: host, process, index, and a random part (a
-    container's pid is the same after every restart)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{index}:{uuid.uuid4().hex[:8]}"
+    """A lease owner unique to this worker: host, process, index, and a random part."""
+    return process_owner(str(index))
 
 
 async def run_workers(settings: Settings, count: int) -> None:

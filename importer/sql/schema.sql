@@ -149,6 +149,18 @@ ALTER TABLE import_job ADD COLUMN IF NOT EXISTS cancel_requested_at timestamptz;
 -- then be requeued, past the one-time gate).
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS run_generation integer NOT NULL DEFAULT 1;
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS data_removed_at timestamptz;
+-- Command-line imports (`importer import`, `importer job resume`) run in the process that made
+-- or resumed them, under that process's lease (renewed by its heartbeat, like a worker's): a
+-- killed one is abandoned once the lease expires, and workers never claim one (in_process;
+-- a requeue hands it to them). local_path: the imported file's absolute path, its size and
+-- sha256 sealed in source_size and source_sha256.
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS in_process boolean NOT NULL DEFAULT false;
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS local_path text;
+-- Command-line imports made before held a lease that never expired: a running one is abandoned.
+UPDATE import_job
+SET in_process = true,
+    lease_expires_at = CASE WHEN status IN ('normalizing', 'ready', 'importing') THEN now() END
+WHERE lease_expires_at = 'infinity';
 
 -- History, newest first: the keyset (created_at, id) read backwards from the cursor, per client
 -- and per client and user. (The first index, (client_id, created_at DESC, id), could not serve

@@ -424,6 +424,33 @@ async def test_an_in_process_job_is_never_claimed(env: Env, client: int) -> None
     assert (view.status, view.cancel_requested) == (JobStatus.QUEUED, True)
 
 
+async def test_a_command_line_job_holds_a_lease_that_expires_and_is_never_claimed(
+    env: Env, client: int
+) -> None:
+    """The CLI's job is created under its process's lease; once the process died (the lease
+    expired) it is abandoned, still never claimed by a worker: `importer job resume` takes it
+    over, refusing while the lease is live."""
+    job_id = uuid.uuid4()
+    new_job = NewJob(
+        job_id, client, None, "local.csv", "csv", "merge", 10, 1,
+        in_process=True, lease_owner="cli-1", lease_s=0.2, local_path="/tmp/local.csv",
+    )  # fmt: skip
+    job = await env.store.create_job(new_job, JobStatus.QUEUED)
+    assert (job.lease_owner, job.local_path) == ("cli-1", "/tmp/local.csv")
+    await env.store.transition(job_id, JobStatus.NORMALIZING, owner="cli-1")
+    await env.store.transition(job_id, JobStatus.IMPORTING, owner="cli-1")
+    with pytest.raises(IllegalTransitionError, match="lease is live"):
+        await env.store.take_over_job(job_id, "cli-2", LEASE_S, "resume:1")
+    assert (await env.store.renew_lease(job_id, "cli-1", 0.2)).held
+    await asyncio.sleep(0.3)  # the process died: nothing renews the lease
+    assert await env.store.claim_job("w1", LEASE_S, 2) is None
+    taken = await env.store.take_over_job(job_id, "cli-2", LEASE_S, "resume:1")
+    assert (taken.status, taken.lease_owner) == (JobStatus.IMPORTING, "cli-2")
+    assert not (await env.store.renew_lease(job_id, "cli-1", LEASE_S)).held  # fenced out
+    run = await fetch(env.dsn, "SELECT run_generation FROM import_job WHERE id = $1", job_id)
+    assert run[0]["run_generation"] == 1  # never finalized: the same run goes on
+
+
 # --- waking idle workers ----------------------------------------------------------------------
 
 

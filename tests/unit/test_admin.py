@@ -24,10 +24,20 @@ from importer.ports import DeadLetter, RemovedData, Requeued
 
 @pytest.mark.parametrize("status", list(JobStatus))
 @pytest.mark.parametrize("data_removed", [False, True])
-def test_requeue_refusal_for_every_status(status: JobStatus, data_removed: bool) -> None:
-    refusal = lifecycle.requeue_refusal(status, data_removed=data_removed, in_process=False)
-    if status not in TERMINAL_STATUSES:
+@pytest.mark.parametrize("lease_live", [False, True])
+def test_requeue_refusal_for_every_status(
+    status: JobStatus, data_removed: bool, lease_live: bool
+) -> None:
+    """Requeue and `importer job resume` take the same jobs: ended ones (completed only once its
+    data was removed) whatever their lease, and running ones whose lease expired (abandoned)."""
+    refusal = lifecycle.requeue_refusal(status, data_removed=data_removed, lease_live=lease_live)
+    if status in lifecycle.RUNNING_STATUSES:
+        assert (refusal is None) is not lease_live
+        assert lease_live or "lease is live" not in str(refusal)
+        assert status.value in lifecycle.requeue_sources(data_removed)
+    elif status not in TERMINAL_STATUSES:
         assert isinstance(refusal, IllegalTransitionError)
+        assert status.value not in lifecycle.requeue_sources(data_removed)
     elif status in (JobStatus.FAILED, JobStatus.CANCELLED) or data_removed:
         assert refusal is None
         assert status.value in lifecycle.requeue_sources(data_removed)
@@ -35,9 +45,10 @@ def test_requeue_refusal_for_every_status(status: JobStatus, data_removed: bool)
         assert isinstance(refusal, ImportAlreadyAppliedError)  # the one-time gate
 
 
-def test_a_command_line_job_is_never_requeued() -> None:
-    refusal = lifecycle.requeue_refusal(JobStatus.FAILED, data_removed=True, in_process=True)
+def test_a_live_lease_is_refused_with_a_clear_message() -> None:
+    refusal = lifecycle.requeue_refusal(JobStatus.IMPORTING, data_removed=False, lease_live=True)
     assert isinstance(refusal, IllegalTransitionError)
+    assert "lease is live" in str(refusal)
 
 
 def test_a_user_start_never_requeues_an_ended_job() -> None:
