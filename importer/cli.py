@@ -174,6 +174,11 @@ class TerminalProgress:
         self._task: TaskID | None = None
         self._started = time.perf_counter()
 
+    @property
+    def console(self) -> Console:
+        """Where to print above the live bar."""
+        return self._bar.console
+
     def __enter__(self) -> TerminalProgress:
         self._bar.start()
         return self
@@ -264,7 +269,16 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
     interrupt = runtime.Interrupt()
 
     def run(progress: TerminalProgress | None) -> Coroutine[None, None, ImportOutcome]:
-        return runtime.run_import(settings, path, request, progress, args.errors_out, interrupt)
+        def announce(job_id: uuid.UUID) -> None:
+            line = f"importer: import {job_id} (if interrupted: `importer job resume {job_id}`)"
+            if progress is None:
+                print(line, file=sys.stderr)
+            else:
+                progress.console.print(line, markup=False, highlight=False)
+
+        return runtime.run_import(
+            settings, path, request, progress, args.errors_out, interrupt, announce
+        )
 
     return _report(_with_bar(args.json, run), interrupt, args.json)
 

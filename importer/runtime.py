@@ -125,6 +125,7 @@ async def run_import(
     progress: Progress | None,
     errors_out: Path | None,
     interrupt: Interrupt,
+    announce: Callable[[uuid.UUID], None] | None = None,
 ) -> ImportOutcome:
     """Import one local file (an absolute path) in this process, its size and sha256 sealed on
     the job; write the error report when asked."""
@@ -136,7 +137,14 @@ async def run_import(
         store = PostgresStore(pool)
         async with interrupt_on_signals(interrupt) as stop:
             outcome = await import_source(
-                store, local.source, request, settings, progress, stop, local=local
+                store,
+                local.source,
+                request,
+                settings,
+                progress,
+                stop,
+                local=local,
+                announce=announce,
             )
         await _write_report(store, outcome, errors_out)
         return outcome

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,12 +183,15 @@ async def import_source(
     stop: asyncio.Event | None = None,
     *,
     local: LocalFile | None = None,
+    announce: Callable[[uuid.UUID], None] | None = None,
 ) -> ImportOutcome:
     """Create a job for ``source`` and run it to its end in this process, under its lease.
 
     ``stop`` (the command line's SIGINT or SIGTERM) stops it between chunks: it ends
     ``cancelled`` with the ledger's counters, and ``importer job resume`` goes on from there.
     ``local``: the file's path, size and sha256 are sealed on the job, so a resume can check it.
+    ``announce`` is told the job's id once the job exists (the CLI prints it: a killed import is
+    resumed by it).
     """
     started = time.perf_counter()
     new_job = NewJob(
@@ -211,6 +214,8 @@ async def import_source(
         local_path=str(local.path) if local is not None else None,
     )
     job = await store.create_job(new_job, JobStatus.QUEUED)
+    if announce is not None:
+        announce(job.id)
     log.info("import_created", job_id=str(job.id), local_path=new_job.local_path)
     config = pipeline_config(settings, request.layout, request.international)
     return await run_here(store, job, source, config, settings, progress, stop, started)

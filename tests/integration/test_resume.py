@@ -1,0 +1,89 @@
+"""`importer job resume` in-process on the real PostgreSQL: a command-line import stopped by
+its user ends ``cancelled`` with the ledger's counters; its resume refuses a changed or missing
+file, leaving the job as it was, and with the sealed file ends as an undisturbed import."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from importer.exceptions import ImportAlreadyAppliedError, ImporterError
+from importer.lifecycle import RunEnding
+from importer.models import ConflictStrategy, Counters, InputFormat, JobStatus
+from importer.service import ImportRequest, import_source, resume_job, seal_local_file
+from importer.settings import Settings
+from tests.jobs_support import Env, as_tuple, contacts_csv, job_env, ledger
+from tests.support import db_state, fetch, finalization_counts, import_file
+
+pytestmark = pytest.mark.integration
+
+CHUNK = 7
+PARTITIONS = 2
+
+
+@pytest.fixture
+async def env(db_dsn: str, tmp_path: Path) -> AsyncIterator[Env]:
+    async with job_env(db_dsn, tmp_path) as env:
+        yield env
+
+
+class StopAfterFirstBatch:
+    """The user's Ctrl-C, at a fixed point: right after the first batch committed."""
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self._stop = stop
+
+    def on_start(self, bytes_total: int | None) -> None:
+        pass
+
+    def on_batch(self, counters: Counters, bytes_read: int) -> None:
+        self._stop.set()
+
+
+async def test_a_stopped_import_resumes_from_its_sealed_file_only(
+    env: Env, client_ids: Iterator[int], tmp_path: Path
+) -> None:
+    client, reference = next(client_ids), next(client_ids)
+    path = contacts_csv(tmp_path / "c.csv", 60)
+    original = path.read_bytes()
+    settings = Settings(database_url=env.dsn, chunk_size=CHUNK, concurrency=PARTITIONS)
+    request = ImportRequest(client, ConflictStrategy.MERGE, InputFormat.CSV, CHUNK, PARTITIONS)
+    stop = asyncio.Event()
+    local = await seal_local_file(path)
+    stopped = await import_source(
+        env.store, local.source, request, settings, StopAfterFirstBatch(stop), stop, local=local
+    )
+    assert (stopped.status, stopped.ending) == (JobStatus.CANCELLED, RunEnding.CANCELLED)
+    assert stopped.counters.balanced
+    assert as_tuple(stopped.counters) == as_tuple(await ledger(env.dsn, stopped.job_id))
+    assert 0 < stopped.counters.rows_read < 60
+
+    path.write_bytes(original + b"Late,52998235811,,,\n")
+    with pytest.raises(ImporterError, match="is not the file it imported"):
+        await resume_job(env.store, env.objects, stopped.job_id, settings)
+    path.unlink()
+    with pytest.raises(ImporterError, match="is not there"):
+        await resume_job(env.store, env.objects, stopped.job_id, settings)
+    row = await fetch(
+        env.dsn, "SELECT status, run_generation FROM import_job WHERE id = $1", stopped.job_id
+    )
+    assert (row[0]["status"], row[0]["run_generation"]) == ("cancelled", 1)  # untouched
+
+    path.write_bytes(original)
+    resumed = await resume_job(env.store, env.objects, stopped.job_id, settings)
+    assert (resumed.status, resumed.ending) == (
+        JobStatus.COMPLETED_WITH_PLACEHOLDERS,
+        RunEnding.FINISHED,
+    )
+    undisturbed = await import_file(
+        env.dsn, path, reference, chunk_size=CHUNK, concurrency=PARTITIONS
+    )
+    assert as_tuple(resumed.counters) == as_tuple(undisturbed.counters)
+    assert await db_state(env.dsn, client) == await db_state(env.dsn, reference)
+    # One finalization row (the last run's), one notification per finalized run.
+    assert await finalization_counts(env.dsn, stopped.job_id) == (1, 2)
+    with pytest.raises(ImportAlreadyAppliedError):
+        await resume_job(env.store, env.objects, stopped.job_id, settings)
