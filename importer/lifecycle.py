@@ -104,24 +104,26 @@ def upload_target(current: JobStatus, ok: bool) -> JobStatus | None:
 
 
 def requeue_sources(data_removed: bool) -> list[str]:
-    """The statuses the guarded requeue (``requeue_job``) accepts: an ended job's (see
-    :func:`requeue_refusal`), or a running one's whose lease expired (abandoned)."""
+    """The statuses the guarded requeue (``requeue_job``) accepts: an ended job's, or an
+    abandoned one's (see :func:`requeue_refusal`, which decides on the locked row)."""
     ended = REQUEUE_AFTER_REMOVAL_SOURCES if data_removed else REQUEUE_SOURCES
-    return values(ended | RUNNING_STATUSES)
+    return values(ended | CLAIMABLE_STATUSES)
 
 
 def requeue_refusal(
-    current: JobStatus, *, data_removed: bool, lease_live: bool
+    current: JobStatus, *, data_removed: bool, lease_live: bool, in_process: bool = False
 ) -> ImporterError | None:
     """Why the owner cannot requeue (for the workers) or resume (``importer job resume``, in
-    its own process) a job in ``current``, or None; ``lease_live``: a lease on it has not expired.
+    its own process) a job in ``current``, or None; ``lease_live``: a lease on it has not
+    expired; ``in_process``: a command-line job (no worker claims it).
 
     Accepted: a failed or cancelled job (a completed one only once its data was removed: it
-    has passed the one-time gate), and an abandoned one, running but with its lease expired
-    (its process died). A live lease means a process still runs it; a job still on its way has
-    not run yet: nothing to take over.
+    has passed the one-time gate), and an abandoned one, whose lease expired (its process
+    died): running, or a command-line job still queued (it died waiting for its client's
+    turn). A live lease means a process still runs it; a job still on its way has not run yet
+    (a worker's queued job is the workers' to claim): nothing to take over.
     """
-    if current in RUNNING_STATUSES:
+    if current in RUNNING_STATUSES or (in_process and current is JobStatus.QUEUED):
         if lease_live:
             return IllegalTransitionError(
                 f"the import is {current.value} and its lease is live: a process still runs it"

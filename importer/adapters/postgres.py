@@ -936,6 +936,7 @@ def _refuse_requeue(current: asyncpg.Record) -> None:
         JobStatus(current["status"]),
         data_removed=current["data_removed"],
         lease_live=current["lease_live"],
+        in_process=current["in_process"],
     )
     if refusal is not None:
         raise refusal

@@ -25,19 +25,22 @@ from importer.ports import DeadLetter, RemovedData, Requeued
 @pytest.mark.parametrize("status", list(JobStatus))
 @pytest.mark.parametrize("data_removed", [False, True])
 @pytest.mark.parametrize("lease_live", [False, True])
+@pytest.mark.parametrize("in_process", [False, True])
 def test_requeue_refusal_for_every_status(
-    status: JobStatus, data_removed: bool, lease_live: bool
+    status: JobStatus, data_removed: bool, lease_live: bool, in_process: bool
 ) -> None:
     """Requeue and `importer job resume` take the same jobs: ended ones (completed only once its
-    data was removed) whatever their lease, and running ones whose lease expired (abandoned)."""
-    refusal = lifecycle.requeue_refusal(status, data_removed=data_removed, lease_live=lease_live)
-    if status in lifecycle.RUNNING_STATUSES:
+    data was removed) whatever their lease, and running ones whose lease expired (abandoned),
+    or a command-line job's still queued (its process died waiting for its client's turn)."""
+    refusal = lifecycle.requeue_refusal(
+        status, data_removed=data_removed, lease_live=lease_live, in_process=in_process
+    )
+    if status in lifecycle.RUNNING_STATUSES or (in_process and status is JobStatus.QUEUED):
         assert (refusal is None) is not lease_live
         assert lease_live or "lease is live" not in str(refusal)
         assert status.value in lifecycle.requeue_sources(data_removed)
     elif status not in TERMINAL_STATUSES:
         assert isinstance(refusal, IllegalTransitionError)
-        assert status.value not in lifecycle.requeue_sources(data_removed)
     elif status in (JobStatus.FAILED, JobStatus.CANCELLED) or data_removed:
         assert refusal is None
         assert status.value in lifecycle.requeue_sources(data_removed)
