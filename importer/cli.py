@@ -20,9 +20,8 @@ from rich.table import Table
 from importer import admin, failpoints, runtime
 from importer.auth import DEFAULT_TTL_S, MAX_CLIENT_ID, Permission, Principal, mint_token
 from importer.exceptions import ConfigurationError, ImporterError
-from importer.lifecycle import RunEnding
 from importer.logs import configure_logging
-from importer.models import ConflictStrategy, Counters, InputFormat, JobStatus
+from importer.models import TERMINAL_STATUSES, ConflictStrategy, Counters, InputFormat, JobStatus
 from importer.service import ImportOutcome, ImportRequest, format_for
 from importer.settings import Settings
 from importer.validate import parse_layout
@@ -318,10 +317,7 @@ def _report(outcome: ImportOutcome, interrupt: runtime.Interrupt, json_out: bool
         sys.stdout.write(orjson.dumps(outcome_document(outcome)).decode() + "\n")
     else:
         Console().print(summary_table(outcome))
-    if outcome.status in (JobStatus.CANCELLED, JobStatus.FAILED) or outcome.ending in (
-        RunEnding.LEASE_LOST,
-        RunEnding.INTERRUPTED,
-    ):
+    if outcome.status is JobStatus.CANCELLED or outcome.status not in TERMINAL_STATUSES:
         print(
             f"importer: import {outcome.job_id} {outcome.status.value}: resume it with"
             f" `importer job resume {outcome.job_id}`",

@@ -3,9 +3,10 @@
 A worker claims the oldest claimable job (:meth:`JobQueue.claim_job`: a queued one, or one left
 by a worker whose lease expired), verifies the stored file against the size and sha256 sealed
 on the job, and runs its :class:`~importer.pipeline.ImportRun` with the job's own chunk size,
-partitions and layout. A named heartbeat task renews the lease every third of it (at least
-every 2 s); when the lease is lost or a cancel is requested it sets the run's stop event, and
-the run returns between chunks once its in-flight batches are applied. Then
+partitions and layout. A named heartbeat task (``importer.leases``, shared with the command
+line's imports) renews the lease every third of it (at least every 2 s); when the lease is
+lost or a cancel is requested it sets the run's stop event, and the run returns between chunks
+once its in-flight batches are applied. Then
 (``lifecycle.run_ending``):
 
 * finished — the run finalized the job;

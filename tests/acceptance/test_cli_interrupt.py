@@ -43,7 +43,16 @@ from tests.acceptance.test_crash_resume import (
     _attach_triggers,
     _events,
 )
-from tests.jobs_support import WAIT_S, Env, as_tuple, eventually, job_env, ledger, ledger_chunks
+from tests.jobs_support import (
+    WAIT_S,
+    Env,
+    as_tuple,
+    contacts_csv,
+    eventually,
+    job_env,
+    ledger,
+    ledger_chunks,
+)
 from tests.support import db_state, fetch
 
 pytestmark = pytest.mark.acceptance
@@ -132,6 +141,40 @@ async def test_a_killed_cli_import_is_resumed_once_its_lease_expired(
     assert run[0]["run_generation"] == 1  # never finalized before: the same run went on
 
 
+async def test_sigterm_ends_cancelled_with_143_and_a_second_signal_exits_at_once(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    """On a small file whose fourth chunk is slow (a failpoint): SIGTERM waits for it and exits
+    143 with the job ``cancelled``; SIGINT twice exits 130 at once, the job left to its lease."""
+    path = contacts_csv(tmp_path / "small.csv", 3000)
+    args = [str(path), "--client-id", str(CLIENT), "--chunk-size", "200", "--concurrency", "1"]
+    slow = {"IMPORTER_FAILPOINTS": "chunk:3=sleep:3000"}
+    async with job_env(db_dsn, tmp_path) as env:
+        first = await _cli(env, tmp_path / "term.log", "import", *args, "--json", **slow)
+        job_id = await _started_job(env)
+        await _wait_batches(env, job_id, 3)
+        first.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(first.communicate(), WAIT_S)
+        assert first.returncode == 128 + signal.SIGTERM, _tail(tmp_path / "term.log")
+        assert orjson.loads(out)["status"] == "cancelled"
+        status, counters = await job_outcome(db_dsn, job_id)
+        assert status is JobStatus.CANCELLED
+        assert as_tuple(counters) == as_tuple(await ledger(db_dsn, job_id))
+        assert counters.balanced
+        assert 800 <= counters.rows_read < 3000  # chunk 3 (in flight) committed
+
+        await fetch(db_dsn, "DELETE FROM import_job WHERE id = $1", job_id)
+        second = await _cli(env, tmp_path / "int.log", "import", *args, **slow)
+        job_id = await _started_job(env)
+        await _wait_batches(env, job_id, 3)
+        second.send_signal(signal.SIGINT)
+        await asyncio.sleep(0.2)  # the second Ctrl-C of an impatient user
+        second.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(second.wait(), WAIT_S) == 128 + signal.SIGINT
+        assert "interrupted again" in (tmp_path / "int.log").read_text()
+        assert (await job_outcome(db_dsn, job_id))[0] is JobStatus.IMPORTING  # not finalized
+
+
 # --- helpers ----------------------------------------------------------------------------------
 
 
@@ -148,13 +191,14 @@ async def _bystander_digest(env: Env) -> str:
     return await other_clients_digest(env.dsn, CLIENT)
 
 
-async def _cli(env: Env, log_path: Path, *args: str) -> asyncio.subprocess.Process:
+async def _cli(env: Env, log_path: Path, *args: str, **extra: str) -> asyncio.subprocess.Process:
     environ = {
         **os.environ,
         "DATABASE_URL": env.dsn,
         "IMPORTER_LEASE_SECONDS": LEASE_S,
         "IMPORTER_LOG_FORMAT": "json",
         "IMPORTER_LOG_LEVEL": "info",
+        **extra,
     }
     environ.pop("RABBITMQ_URL", None)
     with log_path.open("wb") as log:  # the child keeps its own descriptor
