@@ -766,10 +766,11 @@ Admin = Annotated[AdminService, Depends(_admin_service)]
     tags=["admin"],
     summary="Requeue an ended import (IMPORT.ADMIN): its next run resumes from the ledger",
     description=(
-        "A `failed` or `cancelled` import goes back to `queued` with its stored file and sealed "
-        "checksum; the next run skips the chunks its ledger holds. A completed import only "
-        "after DELETE /v1/imports/{job_id}/data (409 import_already_applied before); a running "
-        "one: 409 illegal_transition. Each run finalizes (and notifies) exactly once."
+        "A `failed` or `cancelled` import, or an abandoned one (running, its lease expired), "
+        "goes back to `queued` with its file and sealed checksum; the next run skips the chunks "
+        "its ledger holds. A completed import only after DELETE /v1/imports/{job_id}/data (409 "
+        "import_already_applied before); a running one (live lease): 409 illegal_transition. "
+        "Each run finalizes (and notifies) exactly once."
     ),
     responses={202: {"model": doc.RequeuedBody}, **doc.error_responses(404, 409)},
 )

@@ -9,7 +9,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 
 import orjson
@@ -27,7 +27,7 @@ from importer.exceptions import (
     ServiceUnreachableError,
 )
 from importer.logs import configure_logging
-from importer.models import ConflictStrategy, Counters, InputFormat, JobStatus
+from importer.models import TERMINAL_STATUSES, ConflictStrategy, Counters, InputFormat, JobStatus
 from importer.progress import Phase, RateWindow, eta_seconds, format_eta, run_phase
 from importer.service import (
     S3_SCHEME,
@@ -288,10 +288,19 @@ def _add_admin_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
     job_commands = job.add_subparsers(dest="job_command", required=True)
     requeue = job_commands.add_parser(
         "requeue",
-        help="a failed or cancelled import (or a completed one whose data was removed) back to "
-        "queued: the next run resumes from its ledger",
+        help="a failed, cancelled or abandoned (lease expired) import (or a completed one whose "
+        "data was removed) back to queued for the workers: the next run resumes from its ledger",
     )
     requeue.add_argument("job_id", type=_job_id, metavar="JOB", help="the import's id")
+    resume = job_commands.add_parser(
+        "resume",
+        help="run a cancelled, failed or abandoned (lease expired) import on in this process from "
+        "its checkpoint, with the progress bar (a command-line import: its file at the same path, "
+        "with the same size and sha256)",
+    )
+    resume.add_argument("job_id", type=_job_id, metavar="JOB", help="the import's id")
+    resume.add_argument("--errors-out", type=Path, help="write the error report (CSV) here")
+    resume.add_argument("--json", action="store_true", help="one JSON object on stdout")
     remove = job_commands.add_parser(
         "remove-data",
         help="soft-delete the contacts an ended import created and clear its ledger (idempotent)",
@@ -330,6 +339,11 @@ class TerminalProgress:
         self._task: TaskID | None = None
         self._total: int | None = None
         self._window = RateWindow(time.perf_counter())
+
+    @property
+    def console(self) -> Console:
+        """Where to print above the live bar."""
+        return self._bar.console
 
     def __enter__(self) -> TerminalProgress:
         self._bar.start()
@@ -440,22 +454,71 @@ def _tune_gc() -> None:
 def _import(settings: Settings, args: argparse.Namespace) -> int:
     request = _request(args)
     _tune_gc()
-    console = Console(stderr=True)
-    show_bar = console.is_terminal and not args.json
-    if show_bar:
-        with TerminalProgress(console) as progress:
-            outcome = uvloop.run(
-                runtime.run_import(settings, args.path, request, progress, args.errors_out)
-            )
-    else:
-        outcome = uvloop.run(
-            runtime.run_import(settings, args.path, request, None, args.errors_out)
+    # A local path is sealed on the job absolute: `importer job resume` finds it there.
+    path = args.path.absolute() if isinstance(args.path, Path) else args.path
+    interrupt = runtime.Interrupt()
+
+    def run(progress: TerminalProgress | None) -> Coroutine[None, None, ImportOutcome]:
+        def announce(job_id: uuid.UUID) -> None:
+            line = f"importer: import {job_id} (if interrupted: `importer job resume {job_id}`)"
+            if progress is None:
+                print(line, file=sys.stderr)
+            else:
+                progress.console.print(line, markup=False, highlight=False)
+
+        return runtime.run_import(
+            settings, path, request, progress, args.errors_out, interrupt, announce
         )
-    if args.json:
+
+    return _report(_with_bar(args.json, run), interrupt, args.json)
+
+
+def _resume(settings: Settings, args: argparse.Namespace) -> int:
+    """``importer job resume JOB``: like ``import``; a refusal is one line on stderr, exit 1."""
+    _tune_gc()
+    interrupt = runtime.Interrupt()
+
+    def run(progress: TerminalProgress | None) -> Coroutine[None, None, ImportOutcome]:
+        return runtime.run_resume(settings, args.job_id, progress, args.errors_out, interrupt)
+
+    try:
+        outcome = _with_bar(args.json, run)
+    except ImporterError as exc:
+        print(f"importer: {exc}", file=sys.stderr)
+        return 1
+    return _report(outcome, interrupt, args.json)
+
+
+def _with_bar(
+    json_out: bool, run: Callable[[TerminalProgress | None], Coroutine[None, None, ImportOutcome]]
+) -> ImportOutcome:
+    """Run the import, with the live bar on a terminal (not with ``--json``)."""
+    console = Console(stderr=True)
+    if console.is_terminal and not json_out:
+        with TerminalProgress(console) as progress:
+            return uvloop.run(run(progress))
+    return uvloop.run(run(None))
+
+
+def _report(outcome: ImportOutcome, interrupt: runtime.Interrupt, json_out: bool) -> int:
+    """The summary (or the JSON document); how to resume a job left unfinished. Exit 0 when
+    completed, 128 + the signal when the user's SIGINT (130) or SIGTERM (143) cancelled it,
+    else 1."""
+    if json_out:
         sys.stdout.write(orjson.dumps(outcome_document(outcome)).decode() + "\n")
     else:
         Console().print(summary_table(outcome))
-    return 0 if outcome.succeeded else 1
+    if outcome.status is JobStatus.CANCELLED or outcome.status not in TERMINAL_STATUSES:
+        print(
+            f"importer: import {outcome.job_id} {outcome.status.value}: resume it with"
+            f" `importer job resume {outcome.job_id}`",
+            file=sys.stderr,
+        )
+    if outcome.succeeded:
+        return 0
+    if outcome.status is JobStatus.CANCELLED and interrupt.exit_code is not None:
+        return interrupt.exit_code
+    return 1
 
 
 def flat_fields(document: Mapping[str, object], prefix: str = "") -> list[tuple[str, str]]:
@@ -645,23 +708,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _run(settings: Settings, args: argparse.Namespace) -> int:
-    if args.command == "db":
-        uvloop.run(runtime.run_migrate(settings))
-        print("schema applied", file=sys.stderr)
-        return 0
-    if args.command in ("token", "worker"):
-        return _token(settings, args) if args.command == "token" else _worker(settings, args)
-    if args.command in ("job", "dlq"):
-        return _admin(settings, args)
-    if args.command in ("status", "history"):
-        return _read(settings, args)
-    if args.command == "serve":
-        from importer.server import run_server  # FastAPI and uvicorn load only to serve
+def _migrate(settings: Settings, _args: argparse.Namespace) -> int:
+    uvloop.run(runtime.run_migrate(settings))
+    print("schema applied", file=sys.stderr)
+    return 0
 
-        _tune_gc()  # the same imports run in this process (serve ran them ~40% slower without)
-        return run_server(settings, args.host, args.port)
-    return _import(settings, args)
+
+def _job(settings: Settings, args: argparse.Namespace) -> int:
+    """``importer job resume`` runs the import here; the other job commands are the owner's."""
+    if args.job_command == "resume":
+        return _resume(settings, args)
+    return _admin(settings, args)
+
+
+def _serve(settings: Settings, args: argparse.Namespace) -> int:
+    from importer.server import run_server  # FastAPI and uvicorn load only to serve
+
+    _tune_gc()  # the same imports run in this process (serve ran them ~40% slower without)
+    return run_server(settings, args.host, args.port)
+
+
+_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
+    "db": _migrate,
+    "token": _token,
+    "worker": _worker,
+    "job": _job,
+    "dlq": _admin,
+    "status": _read,
+    "history": _read,
+    "serve": _serve,
+    "import": _import,
+}
+
+
+def _run(settings: Settings, args: argparse.Namespace) -> int:
+    return _COMMANDS[args.command](settings, args)
 
 
 if __name__ == "__main__":

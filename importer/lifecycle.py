@@ -104,30 +104,46 @@ def upload_target(current: JobStatus, ok: bool) -> JobStatus | None:
 
 
 def requeue_sources(data_removed: bool) -> list[str]:
-    """The statuses the guarded requeue (``requeue_job``) accepts."""
-    return values(REQUEUE_AFTER_REMOVAL_SOURCES if data_removed else REQUEUE_SOURCES)
+    """The statuses the guarded requeue (``requeue_job``) accepts: an ended job's, or an
+    abandoned one's (see :func:`requeue_refusal`, which decides on the locked row)."""
+    ended = REQUEUE_AFTER_REMOVAL_SOURCES if data_removed else REQUEUE_SOURCES
+    return values(ended | CLAIMABLE_STATUSES)
 
 
 def requeue_refusal(
-    current: JobStatus, *, data_removed: bool, in_process: bool
+    current: JobStatus, *, data_removed: bool, lease_live: bool, in_process: bool = False
 ) -> ImporterError | None:
-    """Why the owner cannot requeue a job in ``current``, or None.
+    """Why the owner cannot requeue (for the workers) or resume (``importer job resume``, in
+    its own process) a job in ``current``, or None; ``lease_live``: a lease on it has not
+    expired; ``in_process``: a command-line job (no worker claims it).
 
-    A job still on its way (or running) is not ended: nothing to requeue. A completed one has
-    passed the one-time gate: its data must be removed first. A command-line import (its lease
-    never expires) has its file on the operator's machine, out of the workers' reach.
+    Accepted: a failed or cancelled job (a completed one only once its data was removed: it
+    has passed the one-time gate), and an abandoned one, whose lease expired (its process
+    died): running, or a command-line job still queued (it died waiting for its client's
+    turn). A live lease means a process still runs it; a job still on its way has not run yet
+    (a worker's queued job is the workers' to claim): nothing to take over.
     """
+    if current in RUNNING_STATUSES or (in_process and current is JobStatus.QUEUED):
+        if lease_live:
+            return IllegalTransitionError(
+                f"the import is {current.value} and its lease is live: a process still runs it"
+                " (if that process died, try again once its lease expired)"
+            )
+        return None
     if current not in TERMINAL_STATUSES:
-        return IllegalTransitionError(f"the import is {current.value}: only an ended one")
+        return IllegalTransitionError(
+            f"the import is {current.value}: only an ended or abandoned one"
+        )
     if current.value not in requeue_sources(data_removed):
         return ImportAlreadyAppliedError(
             f"the import is {current.value}: remove its data first, then requeue it"
         )
-    if in_process:
-        return IllegalTransitionError(
-            "a command-line import: run `importer import` with its file again"
-        )
     return None
+
+
+def ended_values() -> list[str]:
+    """The terminal statuses, bound for the SQL that starts a job's next run after one."""
+    return values(TERMINAL_STATUSES)
 
 
 def removal_refusal(current: JobStatus) -> ImporterError | None:

@@ -223,6 +223,7 @@ class Job:
     # The journey the import feeds (seed 003 §9): its rows' journey channels join it.
     journey_id: int | None = None
     warnings: tuple[JobWarning, ...] = ()  # file-level warnings (suspect_encoding)
+    local_path: str | None = None  # a command-line import's file (absolute path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,8 +52,12 @@ class NewJob:
     lgpd_processing_hypothesis: int | None = None
     tags: Sequence[str] | None = None
     kind: str = "contacts"
-    # The creating process runs the job itself (the CLI): no worker may ever claim it.
+    # The creating process runs the job itself (the CLI): no worker claims it. It is created
+    # under this lease of its own (renewed by its heartbeat).
     in_process: bool = False
+    lease_owner: str | None = None
+    lease_s: float = 0.0
+    local_path: str | None = None  # the CLI's file (absolute), sealed by source_size/sha256
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +292,13 @@ class JobQueue(Store, Protocol):
 
     async def release_lease(self, job_id: uuid.UUID, owner: str) -> None:
         """Let another worker claim the job at once (if ``owner`` holds it)."""
+        ...
+
+    async def take_over_job(
+        self, job_id: uuid.UUID, owner: str, lease_s: float, operation_id: str
+    ) -> Job:
+        """Lease an ended or abandoned job to ``owner`` for its next run in that process
+        (``importer job resume``); raises the refusal (``lifecycle.requeue_refusal``)."""
         ...
 
     async def wait_for_jobs(self, timeout_s: float) -> None:

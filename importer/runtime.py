@@ -7,9 +7,8 @@ import contextlib
 import dataclasses
 import os
 import signal
-import socket
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +16,6 @@ import asyncpg
 import structlog
 
 from importer.accelerator import HintingObserver
-from importer.adapters.files import LocalFileSource
 from importer.adapters.localstore import LocalObjectStore
 from importer.adapters.outbox import PostgresOutbox
 from importer.adapters.postgres import PostgresStore, connect_pool, migrate
@@ -27,6 +25,8 @@ from importer.exceptions import (
     ConfigurationError,
 )
 from importer.fanout import BatchPublisher, ChunkHandler, FanoutSettings
+from importer.leases import process_owner
+from importer.models import Job
 from importer.ports import (
     DeadLetterQueue,
     MessagePublisher,
@@ -40,11 +40,16 @@ from importer.ports import (
 from importer.relay import OutboxRelay
 from importer.report import write_csv_report
 from importer.service import (
+    S3_SCHEME,
     ImportOutcome,
     ImportRequest,
+    LocalFile,
     ObjectSource,
     S3Location,
     import_source,
+    parse_s3_url,
+    resume_job,
+    seal_local_file,
 )
 from importer.settings import Settings
 from importer.unreachable import HINTS, mask_url
@@ -104,33 +109,71 @@ def s3_store(settings: Settings, location: S3Location) -> ObjectStore:
     return object_store(dataclasses.replace(settings, bucket=location.bucket))
 
 
-Opened = tuple[Source, StoredObject | None]
+Opened = tuple[Source, StoredObject | None, LocalFile | None]
 
 
-def source_opener(
-    settings: Settings, location: Path | S3Location
-) -> Callable[[], Awaitable[Opened]]:
-    """How to open the command line's source, checked now (a missing file, an s3:// URL without
-    S3) before anything connects. An object is read once to seal its size and sha256, then
-    streamed pinned to those bytes (a replaced object fails the job ``checksum_mismatch``), as
-    the workers do; a local file is streamed as it is."""
+async def open_cli_source(settings: Settings, location: Path | S3Location) -> Opened:
+    """The command line's source with what to seal on its job, before anything else connects.
+
+    A local file (an absolute path) is hashed once: its path, size and sha256 are sealed on the
+    job, so ``importer job resume`` can check it. An object is read once to seal its size and
+    sha256, then streamed pinned to those bytes (a replaced object fails the job
+    ``checksum_mismatch``), as the workers do. An s3:// URL without S3 is refused.
+    """
     if not isinstance(location, S3Location):
-        local = LocalFileSource(location)
-
-        async def open_local() -> Opened:
-            return local, None
-
-        return open_local
+        local = await seal_local_file(location)
+        return local.source, local.sealed, local
     objects = s3_store(settings, location)
+    stored, pinned = await objects.seal(location.key)
+    source = ObjectSource(
+        objects, location.key, size=stored.size, pinned=pinned, name=location.name
+    )
+    return source, stored, None
 
-    async def open_object() -> Opened:
-        stored, pinned = await objects.seal(location.key)
-        source = ObjectSource(
-            objects, location.key, size=stored.size, pinned=pinned, name=location.name
-        )
-        return source, stored
 
-    return open_object
+def resume_store(settings: Settings, job: Job) -> ObjectStore:
+    """Where a resumed job's file is: the bucket of its s3:// URL (a command-line import of an
+    object), else the service's own store (an upload)."""
+    if job.source.startswith(S3_SCHEME):
+        return s3_store(settings, parse_s3_url(job.source))
+    return object_store(settings)
+
+
+class Interrupt:
+    """The command line's SIGINT or SIGTERM: the first sets ``event`` (the import stops between
+    chunks and ends ``cancelled``); a second one exits at once, like ``kill -9`` (the job's
+    lease then expires and the job is abandoned, resumable)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.signal: signal.Signals | None = None
+
+    def receive(self, sig: signal.Signals) -> None:
+        if self.signal is not None:
+            os.write(
+                2, b"importer: interrupted again: exiting now (resumable once its lease expires)\n"
+            )
+            os._exit(128 + sig)
+        self.signal = sig
+        self.event.set()
+
+    @property
+    def exit_code(self) -> int | None:
+        """128 + the signal's number (130 for SIGINT, 143 for SIGTERM), or None."""
+        return None if self.signal is None else 128 + self.signal
+
+
+@contextlib.asynccontextmanager
+async def interrupt_on_signals(interrupt: Interrupt) -> AsyncIterator[asyncio.Event]:
+    """SIGINT and SIGTERM go to ``interrupt`` while the block runs; yields its event."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, interrupt.receive, sig)
+    try:
+        yield interrupt.event
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
 
 
 async def run_import(
@@ -139,31 +182,67 @@ async def run_import(
     request: ImportRequest,
     progress: Progress | None,
     errors_out: Path | None,
+    interrupt: Interrupt,
+    announce: Callable[[uuid.UUID], None] | None = None,
 ) -> ImportOutcome:
-    """Import one local file or S3 object in this process; write the error report when asked."""
-    open_source = source_opener(settings, path)
+    """Import one local file (an absolute path) or S3 object in this process, its size and sha256
+    sealed on the job; write the error report when asked."""
+    source, sealed, local = await open_cli_source(settings, path)
     pool = await connect_pool(
-        settings.database_url, request.concurrency + 2, lock_timeout_ms=settings.lock_timeout_ms
+        settings.database_url, request.concurrency + 3, lock_timeout_ms=settings.lock_timeout_ms
     )
     try:
         store = PostgresStore(pool)
-        source, sealed = await open_source()
-        async with stop_on_signals() as stop:
+        async with interrupt_on_signals(interrupt) as stop:
             outcome = await import_source(
-                store, source, request, settings, progress, stop, sealed=sealed
+                store,
+                source,
+                request,
+                settings,
+                progress,
+                stop,
+                sealed=sealed,
+                local=local,
+                announce=announce,
             )
-        if errors_out is not None:
-            with errors_out.open("w", encoding="utf-8", newline="") as out:
-                await write_csv_report(store.row_issues(outcome.job_id), out)
+        await _write_report(store, outcome, errors_out)
         return outcome
     finally:
         await pool.close()
 
 
+async def run_resume(
+    settings: Settings,
+    job_id: uuid.UUID,
+    progress: Progress | None,
+    errors_out: Path | None,
+    interrupt: Interrupt,
+) -> ImportOutcome:
+    """``importer job resume``: run a cancelled, failed or abandoned job on in this process."""
+    pool = await connect_pool(
+        settings.database_url, settings.concurrency + 3, lock_timeout_ms=settings.lock_timeout_ms
+    )
+    try:
+        store = PostgresStore(pool)
+        async with interrupt_on_signals(interrupt) as stop:
+            outcome = await resume_job(
+                store, lambda job: resume_store(settings, job), job_id, settings, progress, stop
+            )
+        await _write_report(store, outcome, errors_out)
+        return outcome
+    finally:
+        await pool.close()
+
+
+async def _write_report(store: PostgresStore, outcome: ImportOutcome, out: Path | None) -> None:
+    if out is not None:
+        with out.open("w", encoding="utf-8", newline="") as handle:
+            await write_csv_report(store.row_issues(outcome.job_id), handle)
+
+
 def worker_owner(index: int) -> str:
-    """A lease owner unique to this worker: host, process, index, and a random part (a
-    container's pid is the same after every restart)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{index}:{uuid.uuid4().hex[:8]}"
+    """A lease owner unique to this worker: host, process, index, and a random part."""
+    return process_owner(str(index))
 
 
 async def run_workers(settings: Settings, count: int) -> None:

@@ -21,7 +21,8 @@ DEFAULT_QUEUE_DEPTH = 2
 # Where uploaded files live when no S3 endpoint is configured.
 DEFAULT_STORAGE_DIR = "./var/objects"
 DEFAULT_BUCKET = "importer"
-# A worker's lease on a job: renewed every third of it; a dead worker's job is reclaimed after it.
+# A worker's (or the CLI's) lease on a job: renewed every third of it; a dead worker's job is
+# reclaimed after it, a dead CLI import is abandoned (resumable).
 DEFAULT_LEASE_SECONDS = 30.0
 # A statement waiting longer than this for a lock fails (the batch is retried, then discarded).
 DEFAULT_LOCK_TIMEOUT_MS = 30_000
@@ -79,7 +80,7 @@ class Settings:
     # When set, a token must name this audience (``aud``) / issuer (``iss``); else 401.
     jwt_audience: str | None = None
     jwt_issuer: str | None = None
-    # Workers (`importer worker`, `importer serve`).
+    # Workers (`importer worker`, `importer serve`); lease_seconds also the CLI's imports.
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     # How long a statement waits for a lock (then the batch is retried, then discarded).
     lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS

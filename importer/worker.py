@@ -3,9 +3,10 @@
 A worker claims the oldest claimable job (:meth:`JobQueue.claim_job`: a queued one, or one left
 by a worker whose lease expired), verifies the stored file against the size and sha256 sealed
 on the job, and runs its :class:`~importer.pipeline.ImportRun` with the job's own chunk size,
-partitions and layout. A named heartbeat task renews the lease every third of it (at least
-every 2 s); when the lease is lost or a cancel is requested it sets the run's stop event, and
-the run returns between chunks once its in-flight batches are applied. Then
+partitions and layout. A named heartbeat task (``importer.leases``, shared with the command
+line's imports) renews the lease every third of it (at least every 2 s); when the lease is
+lost or a cancel is requested it sets the run's stop event, and the run returns between chunks
+once its in-flight batches are applied. Then
 (``lifecycle.run_ending``):
 
 * finished — the run finalized the job;
@@ -26,14 +27,12 @@ imported here: the worker talks to the ``JobQueue`` and ``ObjectStore`` ports.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
-from dataclasses import dataclass, field
 
 import structlog
 
-from importer import failpoints, lifecycle
+from importer import failpoints
 from importer.exceptions import (
     BrokerError,
     ChecksumMismatchError,
@@ -44,9 +43,9 @@ from importer.exceptions import (
     TransientStoreError,
 )
 from importer.fanout import BatchPublisher
-from importer.lifecycle import RunEnding
-from importer.models import Counters, Job, JobStatus, Reason
-from importer.pipeline import ImportRun, PipelineConfig
+from importer.leases import JobRun, end_run, lease_held
+from importer.models import Job, JobStatus, Reason
+from importer.pipeline import ImportRun
 from importer.ports import (
     Finalized,
     JobQueue,
@@ -55,22 +54,10 @@ from importer.ports import (
     PipelineObserver,
     Throttle,
 )
-from importer.service import ObjectSource, rows_per_second
+from importer.service import ObjectSource, job_config, local_file_source, rows_per_second
 from importer.settings import Settings
-from importer.validate import parse_layout
 
 log = structlog.get_logger("importer.worker")
-
-
-@dataclass(slots=True)
-class _JobRun:
-    """One claimed job's run as its tasks see it (one event loop: no locks needed)."""
-
-    stop: asyncio.Event = field(default_factory=asyncio.Event)  # the pipeline's stop event
-    cancel_requested: bool = False
-    lease_lost: bool = False
-    interrupted: bool = False
-    counters: Counters = field(default_factory=Counters)  # this run's batches (live)
 
 
 class Worker:
@@ -103,7 +90,7 @@ class Worker:
         self._stop = stop
         self._max_jobs = max_jobs
         self._burst = burst
-        self._runs: dict[uuid.UUID, _JobRun] = {}
+        self._runs: dict[uuid.UUID, JobRun] = {}
 
     async def run(self) -> None:
         """Claim and run jobs until ``stop`` is set; then let the running ones drain."""
@@ -192,22 +179,17 @@ class Worker:
         job_log.info(
             "job_claimed", status=job.status.value, resumed=job.status is not JobStatus.QUEUED
         )
-        job_run = _JobRun(cancel_requested=job.cancel_requested)
+        job_run = JobRun(cancel_requested=job.cancel_requested)
         self._runs[job.id] = job_run
-        heartbeat = asyncio.create_task(self._heartbeat(job.id, job_run), name=f"lease:{job.id}")
+        lease_s = self._settings.lease_seconds
         try:
-            finalized = await self._attempt(job, job_run, job_log)
+            async with lease_held(self._store, job.id, self.owner, lease_s, job_run):
+                finalized = await self._attempt(job, job_run, job_log)
         finally:
-            job_run.stop.set()
-            await heartbeat
             del self._runs[job.id]
-        ending = lifecycle.run_ending(
-            finished=finalized is not None,
-            lease_lost=job_run.lease_lost,
-            cancel_requested=job_run.cancel_requested,
-            interrupted=job_run.interrupted,
-        )
-        finalized = await self._end(job, ending, finalized, job_log) or finalized
+        ending = job_run.ending(finalized)
+        ended = await end_run(self._store, job.id, self.owner, ending, finalized)
+        finalized = ended or finalized
         counters = finalized.counters if finalized is not None else job_run.counters
         status = finalized.status if finalized is not None else None
         seconds = time.perf_counter() - started
@@ -227,7 +209,7 @@ class Worker:
         return status
 
     async def _attempt(
-        self, job: Job, job_run: _JobRun, job_log: structlog.typing.FilteringBoundLogger
+        self, job: Job, job_run: JobRun, job_log: structlog.typing.FilteringBoundLogger
     ) -> Finalized | None:
         """Run the job; the errors a run may meet end here, recorded on ``job_run``."""
         if job_run.cancel_requested:
@@ -244,11 +226,11 @@ class Worker:
             return await self._fail(job, job_run, Reason.INTERNAL_ERROR)
         return None
 
-    async def _execute(self, job: Job, job_run: _JobRun) -> Finalized | None:
+    async def _execute(self, job: Job, job_run: JobRun) -> Finalized | None:
         """The job's pipeline; a file or a layout that cannot be used fails the job."""
         try:
             source = await self._source(job)
-            config = self._config(job)
+            config = job_config(self._settings, job)
         except ChecksumMismatchError:
             return await self._fail(job, job_run, Reason.CHECKSUM_MISMATCH)
         except ObjectNotFoundError:
@@ -271,8 +253,12 @@ class Worker:
     async def _source(self, job: Job) -> ObjectSource:
         """The stored file, verified against the sealed size and sha256 and pinned to them.
 
-        A job created without sealed values (none is, through the API) is read unpinned.
+        A job created without sealed values (none is, through the API) is read unpinned. A
+        command-line import handed to the workers (``importer job requeue``) is read from its
+        local path, on this machine, against the same sealed values.
         """
+        if job.local_path is not None:
+            return await local_file_source(job)
         name = job.filename or None
         if job.source_size is None or job.source_sha256 is None:
             return ObjectSource(
@@ -282,18 +268,7 @@ class Worker:
             self._objects, job.source, job.source_size, job.source_sha256, name=name
         )
 
-    def _config(self, job: Job) -> PipelineConfig:
-        settings = self._settings
-        return PipelineConfig(
-            limits=settings.limits,
-            layout=parse_layout(job.layout) if job.layout is not None else None,
-            international=job.has_internationalization,
-            read_block_bytes=settings.read_block_bytes,
-            queue_depth=settings.queue_depth,
-            max_batch_attempts=settings.max_batch_attempts,
-        )
-
-    async def _fail(self, job: Job, job_run: _JobRun, reason: Reason) -> Finalized | None:
+    async def _fail(self, job: Job, job_run: JobRun, reason: Reason) -> Finalized | None:
         """Finalize the job ``failed`` (fenced by the lease)."""
         try:
             return await self._store.finalize(job.id, reason.value, owner=self.owner)
@@ -302,45 +277,6 @@ class Worker:
         except TransientStoreError:
             job_run.interrupted = True
         return None
-
-    async def _heartbeat(self, job_id: uuid.UUID, job_run: _JobRun) -> None:
-        """Renew the lease every third of it (at most 2 s apart); stop the run when it is lost or a
-        cancel comes.
-
-        A failed renewal is retried at the next beat: the fenced writes keep the job safe
-        meanwhile, whoever holds it.
-        """
-        lease_s = self._settings.lease_seconds
-        interval = lifecycle.heartbeat_interval(lease_s)
-        while not await _set_within(job_run.stop, interval):
-            try:
-                state = await self._store.renew_lease(job_id, self.owner, lease_s)
-            except TransientStoreError as exc:
-                log.warning("lease_renewal_failed", job_id=str(job_id), error=str(exc))
-                continue
-            job_run.cancel_requested = job_run.cancel_requested or state.cancel_requested
-            job_run.lease_lost = not state.held
-            if job_run.lease_lost or job_run.cancel_requested:
-                job_run.stop.set()
-
-    async def _end(
-        self,
-        job: Job,
-        ending: RunEnding,
-        finalized: Finalized | None,
-        job_log: structlog.typing.FilteringBoundLogger,
-    ) -> Finalized | None:
-        """Finalize a cancelled job; release the lease unless it is lost or left to expire."""
-        try:
-            if ending is RunEnding.CANCELLED:
-                finalized = await self._store.finalize(
-                    job.id, None, cancelled=True, owner=self.owner
-                )
-            if ending in (RunEnding.FINISHED, RunEnding.CANCELLED, RunEnding.RELEASED):
-                await self._store.release_lease(job.id, self.owner)
-        except (LeaseLostError, TransientStoreError) as exc:  # the lease expires on its own
-            job_log.warning("job_end_failed", ending=ending.value, error=str(exc))
-        return finalized
 
 
 def _reap(jobs: set[asyncio.Task[None]]) -> None:
@@ -353,10 +289,3 @@ def _reap(jobs: set[asyncio.Task[None]]) -> None:
 
 async def _until(event: asyncio.Event) -> None:
     await event.wait()
-
-
-async def _set_within(event: asyncio.Event, timeout_s: float) -> bool:
-    """Whether ``event`` is set within ``timeout_s``."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), timeout_s)
-    return event.is_set()

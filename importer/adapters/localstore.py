@@ -91,6 +91,8 @@ class LocalObjectStore:
         return found
 
     async def seal(self, key: str) -> tuple[StoredObject, str]:
+        """The file's size and sha256 (to seal on a job), and the token pinning those bytes:
+        one read where :meth:`stat` then :meth:`verify` would take two."""
         return await self._hash(key)
 
     async def verify(self, key: str, size: int, sha256: str) -> str:

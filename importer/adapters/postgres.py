@@ -807,9 +807,8 @@ class PostgresStore:
         with translated_errors():
             async with pooled(self._pool) as conn, conn.transaction():
                 current = await self._locked(conn, client_id, job_id)
-                action = lifecycle.cancel_action(
-                    JobStatus(current["status"]), claimed=current["lease_expires_at"] is not None
-                )
+                claimed = current["lease_expires_at"] is not None or current["in_process"]
+                action = lifecycle.cancel_action(JobStatus(current["status"]), claimed=claimed)
                 if action is lifecycle.CancelAction.NOW:
                     target = JobStatus.CANCELLED
                     sources = lifecycle.allowed_sources(target)
@@ -835,19 +834,14 @@ class PostgresStore:
             async with pooled(self._pool) as conn, conn.transaction():
                 current = await self._admin_locked(conn, client_id, job_id)
                 data_removed = current["data_removed"]
-                refusal = lifecycle.requeue_refusal(
-                    JobStatus(current["status"]),
-                    data_removed=data_removed,
-                    in_process=bool(current["in_process"]),
-                )
-                if refusal is not None:
-                    raise refusal
+                _refuse_requeue(current)
                 row = await conn.fetchrow(
                     self._q["requeue_job"],
                     job_id,
                     client_id,
                     lifecycle.requeue_sources(data_removed),
                     operation_id,
+                    lifecycle.ended_values(),
                 )
         assert row is not None  # the locked row was in an allowed status
         return Requeued(
@@ -922,6 +916,25 @@ class PostgresStore:
         with translated_errors():
             await self._pool.execute(self._q["release_lease"], job_id, owner)
 
+    async def take_over_job(
+        self, job_id: uuid.UUID, owner: str, lease_s: float, operation_id: str
+    ) -> Job:
+        """Lease an ended or abandoned job to ``owner`` for its next run in that process (see
+        the take_over_job query), deciding on the locked row."""
+        with translated_errors():
+            async with pooled(self._pool) as conn, conn.transaction():
+                _refuse_requeue(await self._admin_locked(conn, None, job_id))
+                row = await conn.fetchrow(
+                    self._q["take_over_job"],
+                    job_id,
+                    lifecycle.ended_values(),
+                    owner,
+                    float(lease_s),
+                    operation_id,
+                )
+        assert row is not None  # the locked row exists
+        return job_from_row(row)
+
     async def wait_for_jobs(self, timeout_s: float) -> None:
         """Return when a job was queued since the last call (or meanwhile), or after the timeout.
 
@@ -979,6 +992,18 @@ class PostgresStore:
                     )
 
 
+def _refuse_requeue(current: asyncpg.Record) -> None:
+    """Raise why a job (its lock_admin_job row) can neither be requeued nor resumed, if so."""
+    refusal = lifecycle.requeue_refusal(
+        JobStatus(current["status"]),
+        data_removed=current["data_removed"],
+        lease_live=current["lease_live"],
+        in_process=current["in_process"],
+    )
+    if refusal is not None:
+        raise refusal
+
+
 def _text(value: str | None) -> str | None:
     """Text safe for a PostgreSQL text column (no NUL; undecodable surrogates escaped)."""
     if value is None:
@@ -1033,6 +1058,9 @@ def _job_values(new_job: NewJob, status: JobStatus) -> tuple[object, ...]:
         orjson.dumps(tags).decode() if tags is not None else None,
         new_job.kind,
         new_job.in_process,
+        new_job.lease_owner,
+        float(new_job.lease_s),
+        new_job.local_path,
     )
 
 
@@ -1096,4 +1124,5 @@ def job_from_row(row: asyncpg.Record) -> Job:
         cancel_requested=row["cancel_requested_at"] is not None,
         journey_id=row["journey_id"],
         warnings=_warnings(row["warnings"]),
+        local_path=row["local_path"],
     )

@@ -125,16 +125,19 @@ SELECT lower(name) AS key, id FROM custom_field
 WHERE client_id = $1 AND lower(name) = ANY(SELECT lower(n) FROM unnest($2::text[]) AS n);
 
 -- name: insert_job
--- An in-process job ($24, the CLI's) gets a lease that never expires: no worker claims it.
+-- An in-process job ($24, the CLI's) is never claimed by a worker; it is created under the lease
+-- of its process ($25 owner, $26 seconds), renewed by that process's heartbeat. $27: the local
+-- file's absolute path.
 INSERT INTO import_job (
     id, client_id, user_id, status, source, input_format, layout, conflict_strategy,
     chunk_size, partitions, has_internationalization, bytes_total, journey_id,
     auto_start_journey_mailing, source_size, source_sha256, filename, has_sensitive_data,
     has_underage_data, data_processing_purpose, lgpd_processing_hypothesis, tags, kind,
-    lease_expires_at
+    in_process, lease_owner, lease_expires_at, local_path
 )
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
-        $20, $21, $22, $23, CASE WHEN $24::boolean THEN 'infinity'::timestamptz END);
+        $20, $21, $22, $23, $24, $25,
+        CASE WHEN $25::text IS NOT NULL THEN now() + make_interval(secs => $26) END, $27);
 
 -- name: transition_job
 -- The one guarded place where a job changes status; with an owner ($4), only while that worker
@@ -176,7 +179,7 @@ FROM current c LEFT JOIN moved m ON true;
 -- name: lock_client_job
 -- The API's cancel and upload confirmation decide on the locked row; a claim (FOR UPDATE SKIP
 -- LOCKED) passes over it meanwhile. NO KEY UPDATE: a running batch's KEY SHARE does not wait.
-SELECT status, lease_owner, lease_expires_at FROM import_job
+SELECT status, lease_owner, lease_expires_at, in_process FROM import_job
 WHERE id = $1 AND client_id = $2
 FOR NO KEY UPDATE;
 
@@ -196,7 +199,9 @@ SELECT pg_advisory_xact_lock($1);
 -- ledger). Other clients' waiting jobs come before those of a client whose import runs (its
 -- turn would idle this worker), which are claimed only when nothing else waits, and only while
 -- the client holds fewer than $3 live leases (fair share). An in-process job's lease never
--- expires. SKIP LOCKED passes over a row a transaction holds (a cancel, a live owner's batch).
+-- expires. An in-process job (the CLI's) is never claimed: `importer job resume` or a requeue
+-- decides where it runs on (the view leaves it out). SKIP LOCKED passes over a row a
+-- transaction holds (a cancel, a live owner's batch).
 -- A claim starts a run: read_to_end_at is cleared. Lease: $1 owner, $2 seconds; $4: the
 -- claimable statuses.
 WITH candidate AS (
@@ -469,21 +474,27 @@ FROM job j JOIN finalized f ON f.batch_id = j.id;
 -- name: lock_admin_job
 -- FOR UPDATE: waits for anything still writing to the job, and keeps claims off it.
 SELECT client_id, status, run_generation, data_removed_at IS NOT NULL AS data_removed,
-       lease_expires_at = 'infinity' AS in_process
+       coalesce(lease_expires_at > now(), false) AS lease_live, in_process
 FROM import_job
 WHERE id = $1 AND ($2::integer IS NULL OR client_id = $2)
 FOR UPDATE;
 
 -- name: requeue_job
--- The job's next run: back to queued ($3: the allowed sources, lifecycle.requeue_sources)
--- with its stored file, sealed size and sha256 and its chunk ledger (the run resumes from it);
--- lease, cancel request, fail reason and end are cleared. The previous run's finalization row
--- goes in the same statement, so the next run finalizes exactly once; its outbox rows stay
--- (they were that run's messages). $4: the operation id. The workers are woken at commit.
+-- The job's next run, for the workers: back to queued ($3: the allowed sources,
+-- lifecycle.requeue_sources; the caller checked the lease of a running one under lock_admin_job)
+-- with its file (stored, or the command line's local_path), sealed size and sha256 and its chunk
+-- ledger (the run resumes from it); lease, cancel request, fail reason and end are cleared, and a
+-- command-line import becomes the workers' (in_process). An ended job ($5: the ended statuses)
+-- starts its next run: run_generation + 1, and the previous run's finalization row goes in the
+-- same statement, so the next run finalizes exactly once; its outbox rows stay (they were that
+-- run's messages). An abandoned job (running, its lease expired) was never finalized: its run
+-- goes on. $4: the operation id. The workers are woken at commit.
 WITH moved AS (
     UPDATE import_job
-    SET status = 'queued', run_generation = run_generation + 1, fail_reason = NULL,
-        lease_owner = NULL, lease_expires_at = NULL, cancel_requested_at = NULL,
+    SET status = 'queued',
+        run_generation = run_generation + CASE WHEN status = ANY($5::text[]) THEN 1 ELSE 0 END,
+        fail_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
+        cancel_requested_at = NULL, in_process = false,
         started_at = NULL, finished_at = NULL, data_removed_at = NULL,
         rows_read = 0, inserted = 0, updated = 0, invalid = 0, error = 0, ignored = 0,
         last_operation_id = $4, updated_at = now()
@@ -497,6 +508,30 @@ forgotten AS (
 SELECT m.run_generation, (SELECT count(*) FROM forgotten) AS finalizations_removed,
        pg_notify('importer_jobs', m.id::text) AS notified
 FROM moved m;
+
+-- name: take_over_job
+-- `importer job resume`: the job's next run in this process, under its lease ($3 owner, $4
+-- seconds), on the row lock_admin_job locked and lifecycle.requeue_refusal accepted. As in
+-- requeue_job, an ended job ($2: the ended statuses) goes back to queued as its next run
+-- (run_generation + 1, its finalization row deleted in the same statement) and an abandoned one
+-- keeps its status and its run (it was never finalized). $5: the operation id.
+WITH moved AS (
+    UPDATE import_job
+    SET status = CASE WHEN status = ANY($2::text[]) THEN 'queued' ELSE status END,
+        run_generation = run_generation + CASE WHEN status = ANY($2::text[]) THEN 1 ELSE 0 END,
+        started_at = CASE WHEN status = ANY($2::text[]) THEN NULL ELSE started_at END,
+        fail_reason = NULL, cancel_requested_at = NULL, finished_at = NULL,
+        data_removed_at = NULL,
+        rows_read = 0, inserted = 0, updated = 0, invalid = 0, error = 0, ignored = 0,
+        in_process = true, lease_owner = $3, lease_expires_at = now() + make_interval(secs => $4),
+        last_operation_id = $5, updated_at = now()
+    WHERE id = $1
+    RETURNING *
+),
+forgotten AS (
+    DELETE FROM import_batch_finalized f USING moved m WHERE f.batch_id = m.id
+)
+SELECT * FROM moved;
 
 -- name: remove_job_contacts
 -- The contacts the import created ($1; provenance import_job_id), soft-deleted with their

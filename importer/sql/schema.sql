@@ -158,6 +158,18 @@ ALTER TABLE import_job ADD COLUMN IF NOT EXISTS read_to_end_at timestamptz;
 ALTER TABLE import_job DROP CONSTRAINT IF EXISTS import_job_input_format_check;
 ALTER TABLE import_job ADD CONSTRAINT import_job_input_format_check
     CHECK (input_format IN ('csv', 'jsonl', 'xlsx'));
+-- Command-line imports (`importer import`, `importer job resume`) run in the process that made
+-- or resumed them, under that process's lease (renewed by its heartbeat, like a worker's): a
+-- killed one is abandoned once the lease expires, and workers never claim one (in_process;
+-- a requeue hands it to them). local_path: the imported file's absolute path, its size and
+-- sha256 sealed in source_size and source_sha256.
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS in_process boolean NOT NULL DEFAULT false;
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS local_path text;
+-- Command-line imports made before held a lease that never expired: a running one is abandoned.
+UPDATE import_job
+SET in_process = true,
+    lease_expires_at = CASE WHEN status IN ('normalizing', 'ready', 'importing') THEN now() END
+WHERE lease_expires_at = 'infinity';
 
 -- History, newest first: the keyset (created_at, id) read backwards from the cursor, per client
 -- and per client and user. (The first index, (client_id, created_at DESC, id), could not serve
@@ -321,8 +333,9 @@ CREATE INDEX IF NOT EXISTS import_layout_client_idx ON import_layout (client_id,
 -- oldest waiting job of each client without a running import; then the others (a client's
 -- later jobs, the jobs of a client whose import runs), oldest first. A client runs an import
 -- while a worker holds a live lease on one of its jobs or while its turn (try_client_turn's
--- advisory lock) is held: an in-process (CLI) run holds the turn, and its endless lease counts
--- for nothing once its process is gone. `leases` feeds the claim's fair-share cap.
+-- advisory lock) is held; a command-line import's live lease counts too, and its job is never in
+-- the queue (in_process: it runs where it was started or resumed). `leases` feeds the claim's
+-- fair-share cap.
 DROP VIEW IF EXISTS import_job_progress;
 DROP VIEW IF EXISTS import_claim_queue;
 CREATE VIEW import_claim_queue AS
@@ -344,6 +357,7 @@ waiting AS (
     FROM import_job j LEFT JOIN leased l ON l.client_id = j.client_id
     WHERE j.status IN ('queued', 'normalizing', 'ready', 'importing')
       AND coalesce(j.lease_expires_at, '-infinity') <= now()
+      AND NOT j.in_process  -- a command-line import runs where it was started or resumed
 )
 SELECT id, client_id, leases,
        row_number() OVER (ORDER BY running OR nth > 1, created_at, id) AS position

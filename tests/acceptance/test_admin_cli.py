@@ -73,7 +73,15 @@ async def test_job_commands(db_dsn: str, tmp_path: Path) -> None:
     live = await fetch(db_dsn, "SELECT count(*) AS n FROM contact WHERE deleted_at IS NULL")
     assert live[0]["n"] == 0
 
-    one_line_failure(importer(db_dsn, "job", "requeue", job_id), 1, "command-line import")
+    # A command-line import is handed to the workers: they read its sealed local file.
+    handed = importer(db_dsn, "job", "requeue", job_id)
+    assert handed.returncode == 0, handed.stderr
+    assert json.loads(handed.stdout)["run"] == 2
+    row = await fetch(
+        db_dsn, "SELECT in_process, local_path FROM import_job WHERE id = $1", uuid.UUID(job_id)
+    )
+    assert (row[0]["in_process"], row[0]["local_path"]) == (False, str(path.absolute()))
+    one_line_failure(importer(db_dsn, "job", "requeue", job_id), 1, "queued")
     one_line_failure(importer(db_dsn, "job", "requeue", str(uuid.uuid4())), 1, "does not exist")
     assert importer(db_dsn, "job", "requeue", "not-an-id").returncode == 2
 

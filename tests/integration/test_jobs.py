@@ -4,6 +4,7 @@ history, claims, leases and the LISTEN wake-up."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -422,6 +423,44 @@ async def test_an_in_process_job_is_never_claimed(env: Env, client: int) -> None
     assert await env.store.claim_job("w1", LEASE_S, 2) is None
     view = await env.store.request_cancel(client, job_id)  # its process holds it
     assert (view.status, view.cancel_requested) == (JobStatus.QUEUED, True)
+
+
+async def test_a_command_line_job_holds_a_lease_that_expires_and_is_never_claimed(
+    env: Env, client: int
+) -> None:
+    """The CLI's job is created under its process's lease; once the process died (the lease
+    expired) it is abandoned, still never claimed by a worker: `importer job resume` takes it
+    over, refusing while the lease is live."""
+    job_id = uuid.uuid4()
+    new_job = NewJob(
+        job_id, client, None, "local.csv", "csv", "merge", 10, 1,
+        in_process=True, lease_owner="cli-1", lease_s=LEASE_S, local_path="/tmp/local.csv",
+    )  # fmt: skip
+    job = await env.store.create_job(new_job, JobStatus.QUEUED)
+    assert (job.lease_owner, job.local_path) == ("cli-1", "/tmp/local.csv")
+    await env.store.transition(job_id, JobStatus.NORMALIZING, owner="cli-1")
+    await env.store.transition(job_id, JobStatus.IMPORTING, owner="cli-1")
+    with pytest.raises(IllegalTransitionError, match="lease is live"):
+        await env.store.take_over_job(job_id, "cli-2", LEASE_S, "resume:1")
+    assert (await env.store.renew_lease(job_id, "cli-1", 0.05)).held  # its last renewal
+    await asyncio.sleep(0.1)  # the process died: nothing renews the lease
+    assert await env.store.claim_job("w1", LEASE_S, 2) is None
+    taken = await env.store.take_over_job(job_id, "cli-2", LEASE_S, "resume:1")
+    assert (taken.status, taken.lease_owner) == (JobStatus.IMPORTING, "cli-2")
+    assert not (await env.store.renew_lease(job_id, "cli-1", LEASE_S)).held  # fenced out
+    run = await fetch(env.dsn, "SELECT run_generation FROM import_job WHERE id = $1", job_id)
+    assert run[0]["run_generation"] == 1  # never finalized: the same run goes on
+    # Died still queued (waiting for its client's turn): abandoned too; a worker's queued job
+    # is the workers' to claim.
+    waiting = await env.store.create_job(
+        dataclasses.replace(new_job, id=uuid.uuid4(), lease_s=0.05), JobStatus.QUEUED
+    )
+    await asyncio.sleep(0.1)
+    taken = await env.store.take_over_job(waiting.id, "cli-3", LEASE_S, "resume:2")
+    assert (taken.status, taken.lease_owner) == (JobStatus.QUEUED, "cli-3")
+    queued = await bare_job(env, client, JobStatus.QUEUED)
+    with pytest.raises(IllegalTransitionError, match="only an ended or abandoned one"):
+        await env.store.take_over_job(queued, "cli-3", LEASE_S, "resume:3")
 
 
 # --- waking idle workers ----------------------------------------------------------------------

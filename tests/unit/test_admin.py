@@ -24,9 +24,22 @@ from importer.ports import DeadLetter, RemovedData, Requeued
 
 @pytest.mark.parametrize("status", list(JobStatus))
 @pytest.mark.parametrize("data_removed", [False, True])
-def test_requeue_refusal_for_every_status(status: JobStatus, data_removed: bool) -> None:
-    refusal = lifecycle.requeue_refusal(status, data_removed=data_removed, in_process=False)
-    if status not in TERMINAL_STATUSES:
+@pytest.mark.parametrize("lease_live", [False, True])
+@pytest.mark.parametrize("in_process", [False, True])
+def test_requeue_refusal_for_every_status(
+    status: JobStatus, data_removed: bool, lease_live: bool, in_process: bool
+) -> None:
+    """Requeue and `importer job resume` take the same jobs: ended ones (completed only once its
+    data was removed) whatever their lease, and running ones whose lease expired (abandoned),
+    or a command-line job's still queued (its process died waiting for its client's turn)."""
+    refusal = lifecycle.requeue_refusal(
+        status, data_removed=data_removed, lease_live=lease_live, in_process=in_process
+    )
+    if status in lifecycle.RUNNING_STATUSES or (in_process and status is JobStatus.QUEUED):
+        assert (refusal is None) is not lease_live
+        assert lease_live or "lease is live" not in str(refusal)
+        assert status.value in lifecycle.requeue_sources(data_removed)
+    elif status not in TERMINAL_STATUSES:
         assert isinstance(refusal, IllegalTransitionError)
     elif status in (JobStatus.FAILED, JobStatus.CANCELLED) or data_removed:
         assert refusal is None
@@ -35,9 +48,10 @@ def test_requeue_refusal_for_every_status(status: JobStatus, data_removed: bool)
         assert isinstance(refusal, ImportAlreadyAppliedError)  # the one-time gate
 
 
-def test_a_command_line_job_is_never_requeued() -> None:
-    refusal = lifecycle.requeue_refusal(JobStatus.FAILED, data_removed=True, in_process=True)
+def test_a_live_lease_is_refused_with_a_clear_message() -> None:
+    refusal = lifecycle.requeue_refusal(JobStatus.IMPORTING, data_removed=False, lease_live=True)
     assert isinstance(refusal, IllegalTransitionError)
+    assert "lease is live" in str(refusal)
 
 
 def test_a_user_start_never_requeues_an_ended_job() -> None:
