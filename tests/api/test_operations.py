@@ -46,7 +46,7 @@ async def test_layout_crud_and_import_with_a_stored_layout(
         headers=auth(bearer),
     )
     assert invalid.status_code == 400
-    assert invalid.json()[0]["field"] == "document"
+    assert invalid.json()[0]["field"] == "document.columns.a"
     renamed = await http.put(
         f"/v1/layouts/{layout['id']}",
         json={"name": "Renamed", "document": LAYOUT},
