@@ -1,5 +1,5 @@
 """Crash and resume (catalog T02/T03/T17): `importer worker` dies at a failpoint, or by a real
-``kill -9`` mid-import, while importing the 100k-row file; a second worker reclaims the job once
+``kill -9`` mid-import, while importing the catalog file; a second worker reclaims the job once
 the lease expires and finishes it.
 
 After each: the job's counters and the client's contacts, details and custom values equal an
@@ -26,7 +26,7 @@ import pytest
 
 from importer.failpoints import CRASH_EXIT_CODE
 from importer.models import TERMINAL_STATUSES
-from tests.acceptance.conftest import ROWS, SEED, Contacts
+from tests.acceptance.conftest import CHUNK_SIZE, ROWS, SEED, Contacts
 from tests.acceptance.invariants import (
     assert_ledger_whole,
     job_outcome,
@@ -47,7 +47,6 @@ from tests.support import db_state, fetch
 pytestmark = pytest.mark.acceptance
 
 
-CHUNK_SIZE = 5000
 PARTITIONS = 2
 BATCHES = math.ceil(ROWS / CHUNK_SIZE) * PARTITIONS
 CLIENT = 31

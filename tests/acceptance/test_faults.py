@@ -18,7 +18,8 @@ import asyncpg
 import pytest
 
 from benchmarks.generate import generate
-from tests.acceptance.conftest import Contacts
+from tests.acceptance.conftest import ROWS as CATALOG_ROWS
+from tests.acceptance.conftest import Contacts, catalog_chunk_size
 from tests.acceptance.invariants import Imported, assert_invariants, other_clients_digest
 from tests.conftest import _free_loopback_port
 from tests.jobs_support import Env, eventually, job_env, ledger_chunks, upload_job
@@ -27,9 +28,7 @@ from tests.support import fetch, import_file
 pytestmark = pytest.mark.acceptance
 
 ROWS = 200_000  # T02 in the slow tier (the issue's bound)
-SMALL_ROWS = 100_000  # T02 in the default run, T07, T08
 SEED = 4_242
-CHUNK_SIZE = 5_000
 PARTITIONS = 2
 CLIENT, REFERENCE_CLIENT, BYSTANDER = 41, 42, 43
 DEADLINE_S = ROWS / 1000 + 60  # the catalog's bound for chaos tests
@@ -43,14 +42,14 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> Imported:
 
 @pytest.fixture(scope="module")
 def smaller(contacts: Contacts) -> Imported:
-    """The session's 100k-row file (one undisturbed reference for every fault test of it)."""
-    assert contacts.rows == SMALL_ROWS
+    """The session's catalog file (one undisturbed reference for every fault test of it)."""
+    assert contacts.rows == CATALOG_ROWS
     return Imported(contacts.path, contacts.stats)
 
 
 def _batches(imported: Imported) -> int:
     """Ledger rows of a whole import of the file (every partition of every chunk)."""
-    return -(-imported.stats.rows // CHUNK_SIZE) * PARTITIONS
+    return -(-imported.stats.rows // catalog_chunk_size(imported.stats.rows)) * PARTITIONS
 
 
 @pytest.fixture
@@ -64,8 +63,9 @@ async def env(db_dsn: str, tmp_path: Path) -> AsyncIterator[Env]:
 
 
 async def _queued_job(env: Env, imported: Imported) -> uuid.UUID:
+    chunk_size = catalog_chunk_size(imported.stats.rows)
     job_id = await upload_job(
-        env, CLIENT, imported.path, chunk_size=CHUNK_SIZE, partitions=PARTITIONS
+        env, CLIENT, imported.path, chunk_size=chunk_size, partitions=PARTITIONS
     )
     await env.store.start_job(CLIENT, job_id, "op-1")
     return job_id
@@ -107,7 +107,7 @@ async def _lease_expired(env: Env, job_id: uuid.UUID) -> bool | None:
 
 
 @pytest.mark.parametrize(
-    "size", [pytest.param("200k", marks=pytest.mark.slow), pytest.param("100k")]
+    "size", [pytest.param("200k", marks=pytest.mark.slow), pytest.param("catalog")]
 )
 async def test_serve_killed_at_five_random_moments_ends_as_an_undisturbed_import(
     env: Env, request: pytest.FixtureRequest, tmp_path: Path, size: str

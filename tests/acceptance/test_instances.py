@@ -400,7 +400,7 @@ async def test_a_memory_alarm_stalls_publishing_and_nothing_is_lost(
 async def test_garbage_on_the_chunk_queue_goes_to_the_dead_letter_queue_at_once(
     db_dsn: str, tmp_path: Path, contacts: Contacts, prefix: str
 ) -> None:
-    """Catalog T26, in the middle of a 100k-row import on two workers: garbage bytes, valid JSON
+    """Catalog T26, in the middle of the catalog import on two workers: garbage bytes, valid JSON
     missing fields, an unknown message version and a batch of an unknown import, published
     straight to the main queue. Each is dead-lettered on its first delivery (never retried), the
     workers keep running, the stray batch writes nothing, and the import ends as an undisturbed

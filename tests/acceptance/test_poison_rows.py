@@ -1,4 +1,4 @@
-"""Catalog T11 at 100k rows: three poison rows in the middle of the generated file — a NUL byte,
+"""Catalog T11: three poison rows in the middle of the generated file — a NUL byte,
 bytes that are not UTF-8, and a value the database refuses (a CHECK constraint the test adds) —
 imported by `importer worker`. Only those rows are lost (two `invalid`, one `error`, each in the
 error report with its line and reason); every other row lands exactly as in an undisturbed
@@ -55,7 +55,7 @@ def _poisoned(source: Path, out: Path) -> Path:
     return out
 
 
-async def test_poison_rows_cost_only_themselves_in_a_100k_row_import(
+async def test_poison_rows_cost_only_themselves_in_the_catalog_import(
     db_dsn: str, tmp_path: Path, contacts: Contacts
 ) -> None:
     path = _poisoned(contacts.path, tmp_path / "poisoned.csv")

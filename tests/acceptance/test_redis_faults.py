@@ -21,7 +21,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from importer.accelerator import PROGRESS_PATTERN
-from tests.acceptance.conftest import Contacts
+from tests.acceptance.conftest import CHUNK_SIZE, ROWS, Contacts
 from tests.acceptance.invariants import Imported, assert_invariants, other_clients_digest
 from tests.conftest import _free_loopback_port
 from tests.jobs_support import Env, eventually, job_env, ledger_chunks, upload_job
@@ -30,8 +30,6 @@ from tests.support import fetch
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.timeout(240)]
 
-ROWS = 100_000  # the catalog size for fault tests
-CHUNK_SIZE = 5000
 PARTITIONS = 2
 BATCHES = -(-ROWS // CHUNK_SIZE) * PARTITIONS  # at least: one batch per chunk and partition
 DEADLINE_S = ROWS / 1000 + 60  # the catalog's bound for chaos tests
@@ -40,7 +38,7 @@ STOP_S = 30.0
 
 @pytest.fixture(scope="module")
 def imported(contacts: Contacts) -> Imported:
-    """The session's 100k-row file (one undisturbed reference for every fault test of it)."""
+    """The session's catalog file (one undisturbed reference for every fault test of it)."""
     assert contacts.rows == ROWS
     return Imported(contacts.path, contacts.stats)
 
