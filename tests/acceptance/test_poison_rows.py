@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.conftest import Contacts
+from tests.acceptance.conftest import ROWS, Contacts
 from tests.acceptance.invariants import (
     assert_ledger_whole,
     job_outcome,
@@ -37,7 +37,8 @@ from tests.support import cpf, db_state, fetch
 
 pytestmark = pytest.mark.acceptance
 
-AFTER_LINE = 50_001  # the poison rows become lines 50,002-50,004 (the file has no quoted newline)
+# The poison rows follow the middle line of the catalog file (it has no quoted newline).
+AFTER_LINE = ROWS // 2 + 1
 POISON_LINES = {
     AFTER_LINE + 1: (f"Nul\x00Byte,{cpf(987_650_001)},,,,,,,\n".encode(), "nul_byte"),
     AFTER_LINE + 2: (b"Bad \xff\xfe Bytes," + cpf(987_650_002).encode() + b",,,,,,,\n",
