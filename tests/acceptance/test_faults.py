@@ -25,7 +25,7 @@ from tests.conftest import _free_loopback_port
 from tests.jobs_support import Env, eventually, job_env, ledger_chunks, upload_job
 from tests.support import fetch, import_file
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.exclusive]
 
 ROWS = 200_000  # T02 in the slow tier (the bound)
 SEED = 4_242

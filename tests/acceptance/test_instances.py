@@ -38,7 +38,7 @@ from tests.acceptance.test_crash_resume import (
 from tests.jobs_support import WAIT_S, Env, eventually, job_env, ledger_chunks
 from tests.support import fetch
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.rabbitmq]
+pytestmark = [pytest.mark.acceptance, pytest.mark.rabbitmq, pytest.mark.exclusive]
 
 
 async def _worker(
