@@ -25,7 +25,7 @@ from tests.conftest import _free_loopback_port
 from tests.jobs_support import Env, eventually, job_env, ledger_chunks, upload_job
 from tests.support import fetch, import_file
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.exclusive]
+pytestmark = pytest.mark.acceptance
 
 ROWS = 200_000  # T02 in the slow tier (the bound)
 SEED = 4_242
@@ -223,6 +223,7 @@ async def _pg_up(dsn: str) -> bool | None:
     return True
 
 
+@pytest.mark.exclusive  # restarts the PostgreSQL every test uses
 async def test_a_postgresql_restart_mid_import_and_the_import_still_ends_exactly(
     env: Env, smaller: Imported, tmp_path: Path
 ) -> None:

@@ -38,7 +38,7 @@ from tests.acceptance.test_crash_resume import (
 from tests.jobs_support import WAIT_S, Env, eventually, job_env, ledger_chunks
 from tests.support import fetch
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.rabbitmq, pytest.mark.exclusive]
+pytestmark = [pytest.mark.acceptance, pytest.mark.rabbitmq]
 
 
 async def _worker(
@@ -131,6 +131,7 @@ POISON_CHUNK = 3
 RETRY_DELAY_S = 1.0
 
 
+@pytest.mark.exclusive  # measures the gaps between deliveries
 async def test_a_poison_chunk_gets_three_retries_a_ttl_apart_then_the_dead_letter_queue(
     db_dsn: str,
     tmp_path: Path,
@@ -253,6 +254,7 @@ async def _broker_up() -> bool | None:
     return True
 
 
+@pytest.mark.exclusive  # restarts the broker, or closes everyone's connections
 @pytest.mark.parametrize("fault", ["restart", "close_connections"])
 async def test_an_import_survives_a_broker_restart_and_dropped_connections(
     db_dsn: str, tmp_path: Path, contacts: Contacts, prefix: str, fault: str
@@ -342,6 +344,7 @@ async def test_the_coordinator_killed_at_30_percent_read_is_resumed_from_its_che
     assert read_at_kill < size
 
 
+@pytest.mark.exclusive  # restarts the broker
 async def test_a_chunk_waiting_in_the_retry_queue_survives_a_broker_restart(
     db_dsn: str, tmp_path: Path, contacts: Contacts, prefix: str
 ) -> None:
@@ -369,6 +372,7 @@ async def test_a_chunk_waiting_in_the_retry_queue_survives_a_broker_restart(
     await _assert_invariants(db_dsn, job_id, contacts)
 
 
+@pytest.mark.exclusive  # raises the broker's memory alarm for everyone
 async def test_a_memory_alarm_stalls_publishing_and_nothing_is_lost(
     db_dsn: str, tmp_path: Path, contacts: Contacts, prefix: str
 ) -> None:

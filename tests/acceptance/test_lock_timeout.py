@@ -27,7 +27,7 @@ from tests.acceptance.test_crash_resume import (
 from tests.jobs_support import WAIT_S, Env, eventually, job_env, ledger_chunks
 from tests.support import fetch, finalization_counts
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.exclusive]
+pytestmark = pytest.mark.acceptance
 
 HOLD_S = 4.0  # longer than a batch's 4 attempts at a 300 ms lock timeout with backoff
 

@@ -28,7 +28,7 @@ from tests.jobs_support import Env, eventually, job_env, ledger_chunks, upload_j
 from tests.redis_support import RedisServer, redis_server
 from tests.support import fetch
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.timeout(240), pytest.mark.exclusive]
+pytestmark = [pytest.mark.acceptance, pytest.mark.timeout(240)]
 
 PARTITIONS = 2
 BATCHES = -(-ROWS // CHUNK_SIZE) * PARTITIONS  # at least: one batch per chunk and partition

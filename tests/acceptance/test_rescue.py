@@ -24,7 +24,7 @@ from tests.acceptance.test_crash_resume import (
 )
 from tests.jobs_support import WAIT_S, eventually, job_env
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.exclusive]
+pytestmark = [pytest.mark.acceptance, pytest.mark.exclusive]  # 2 s leases, 6 s stalls: timing
 
 
 async def test_a_live_slow_worker_keeps_its_job_and_no_second_runner_starts(

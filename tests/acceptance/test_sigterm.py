@@ -48,7 +48,7 @@ from tests.api.support import token, upload, wait_terminal
 from tests.jobs_support import eventually, ledger_chunks
 from tests.support import db_state, fetch, import_file
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.exclusive]
+pytestmark = pytest.mark.acceptance
 
 # SIGTERM to exit: in-flight batches (a few, 50 ms apart at most) and no open request. Far below
 # the unit's TimeoutStopSec, which also covers uvicorn's wait for open requests.
