@@ -20,8 +20,17 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from hypothesis import HealthCheck, settings
 
 from importer.adapters.postgres import migrate
+
+# Hypothesis judges its input generation by the wall clock; scripts/test runs the unit tier at a
+# lower priority beside the service tiers on two cores, where a second of starvation says nothing
+# about the strategy. The properties and their example counts are unchanged.
+settings.register_profile(
+    "shared-cores", suppress_health_check=[HealthCheck.too_slow], deadline=None
+)
+settings.load_profile("shared-cores")
 
 ADMIN_DSN = os.environ.get(
     "IMPORTER_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
