@@ -43,7 +43,6 @@ from importer.service import (
     S3_SCHEME,
     ImportOutcome,
     ImportRequest,
-    LocalFile,
     ObjectSource,
     S3Location,
     import_source,
@@ -109,7 +108,7 @@ def s3_store(settings: Settings, location: S3Location) -> ObjectStore:
     return object_store(dataclasses.replace(settings, bucket=location.bucket))
 
 
-Opened = tuple[Source, StoredObject | None, LocalFile | None]
+Opened = tuple[Source, StoredObject, Path | None]
 
 
 async def open_cli_source(settings: Settings, location: Path | S3Location) -> Opened:
@@ -122,7 +121,7 @@ async def open_cli_source(settings: Settings, location: Path | S3Location) -> Op
     """
     if not isinstance(location, S3Location):
         local = await seal_local_file(location)
-        return local.source, local.sealed, local
+        return local.source, local.sealed, local.path
     objects = s3_store(settings, location)
     stored, pinned = await objects.seal(location.key)
     source = ObjectSource(
@@ -187,7 +186,7 @@ async def run_import(
 ) -> ImportOutcome:
     """Import one local file (an absolute path) or S3 object in this process, its size and sha256
     sealed on the job; write the error report when asked."""
-    source, sealed, local = await open_cli_source(settings, path)
+    source, sealed, local_path = await open_cli_source(settings, path)
     pool = await connect_pool(
         settings.database_url, request.concurrency + 3, lock_timeout_ms=settings.lock_timeout_ms
     )
@@ -202,7 +201,7 @@ async def run_import(
                 progress,
                 stop,
                 sealed=sealed,
-                local=local,
+                local_path=local_path,
                 announce=announce,
             )
         await _write_report(store, outcome, errors_out)

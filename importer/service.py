@@ -241,20 +241,18 @@ async def import_source(
     stop: asyncio.Event | None = None,
     *,
     sealed: StoredObject | None = None,
-    local: LocalFile | None = None,
+    local_path: Path | None = None,
     announce: Callable[[uuid.UUID], None] | None = None,
 ) -> ImportOutcome:
     """Create a job for ``source`` and run it to its end in this process, under its lease.
 
     ``stop`` (the command line's SIGINT or SIGTERM) stops it between chunks: it ends
     ``cancelled`` with the ledger's counters, and ``importer job resume`` goes on from there.
-    ``sealed``: the size and sha256 of the source's bytes (an object the source is pinned to),
-    recorded on the job; ``local``: a local file's path, size and sha256, sealed on the job so a
-    resume can check it. ``announce`` is told the job's id once the job exists (the CLI prints
+    ``sealed``: the size and sha256 of the source's bytes (the source is pinned to them),
+    recorded on the job; ``local_path``: a local file's absolute path, recorded too, so a resume
+    finds and checks it. ``announce`` is told the job's id once the job exists (the CLI prints
     it: a killed import is resumed by it).
     """
-    if local is not None:
-        sealed = local.sealed
     started = time.perf_counter()
     new_job = NewJob(
         id=uuid.uuid4(),
@@ -273,7 +271,7 @@ async def import_source(
         lease_s=settings.lease_seconds,
         source_size=None if sealed is None else sealed.size,
         source_sha256=None if sealed is None else sealed.sha256,
-        local_path=str(local.path) if local is not None else None,
+        local_path=str(local_path) if local_path is not None else None,
     )
     job = await store.create_job(new_job, JobStatus.QUEUED)
     if announce is not None:

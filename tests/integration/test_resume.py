@@ -56,7 +56,14 @@ async def test_a_stopped_import_resumes_from_its_sealed_file_only(
     stop = asyncio.Event()
     local = await seal_local_file(path)
     stopped = await import_source(
-        env.store, local.source, request, settings, StopAfterFirstBatch(stop), stop, local=local
+        env.store,
+        local.source,
+        request,
+        settings,
+        StopAfterFirstBatch(stop),
+        stop,
+        sealed=local.sealed,
+        local_path=local.path,
     )
     assert (stopped.status, stopped.ending) == (JobStatus.CANCELLED, RunEnding.CANCELLED)
     assert stopped.counters.balanced
@@ -103,7 +110,14 @@ async def test_a_requeued_command_line_import_is_run_on_by_a_worker_from_its_loc
     stop = asyncio.Event()
     local = await seal_local_file(path)
     stopped = await import_source(
-        env.store, local.source, request, settings, StopAfterFirstBatch(stop), stop, local=local
+        env.store,
+        local.source,
+        request,
+        settings,
+        StopAfterFirstBatch(stop),
+        stop,
+        sealed=local.sealed,
+        local_path=local.path,
     )
     assert stopped.status is JobStatus.CANCELLED
     requeued = await env.store.requeue_job(None, stopped.job_id, "requeue:1")
