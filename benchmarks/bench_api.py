@@ -45,7 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.generate import generate
 from benchmarks.run import fresh_database
-from importer.auth import Permission, Principal, mint_token
+from importer.core.principals import Permission, Principal
+from importer.http.auth import mint_token
 
 HERE = Path(__file__).resolve().parent
 IMPORTER = HERE.parent / ".venv/bin/importer"

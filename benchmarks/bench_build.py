@@ -5,7 +5,7 @@
         [--components]
 
 The file comes from ``benchmarks/generate.py`` (kept under ``benchmarks/data/`` and reused
-while rows and seed stay the same) and is parsed once with ``importer.reader.CsvReader``,
+while rows and seed stay the same) and is parsed once with ``importer.read.csvfile.CsvReader``,
 untimed. Only ``builder.build(rec.line, rec.fields)`` over every record is timed, in process
 CPU time (other processes' time is not counted, but a busy machine still slows this one:
 measure on a quiet one); the best of ``--repeats`` passes is reported in µs per record.
@@ -26,9 +26,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.generate import generate
-from importer.normalize import normalize_cpf_cnpj, normalize_email, normalize_phone_parts
-from importer.reader import CsvReader, RawRecord, sniff
-from importer.validate import RowBuilder, plan_for_header
+from importer.core.layout import plan_for_header
+from importer.core.normalize import normalize_cpf_cnpj, normalize_email, normalize_phone_parts
+from importer.core.rows import RowBuilder
+from importer.read.csvfile import CsvReader
+from importer.read.records import RawRecord
+from importer.read.sniff import sniff
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 BLOCK = 1 << 20

@@ -28,11 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.generate import generate
 from benchmarks.run import cpu_seconds, fresh_database, postgres_cpu_seconds
-from importer.adapters.localstore import LocalObjectStore
-from importer.adapters.postgres import PostgresStore, connect_pool
-from importer.adapters.rabbit import Topology
-from importer.models import JobStatus
-from importer.ports import NewJob
+from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.rabbit.broker import Topology
+from importer.adapters.storage.local import LocalObjectStore
+from importer.core.models import JobStatus, NewJob
 
 HERE = Path(__file__).resolve().parent
 RABBITMQ_URL = os.environ.get("BENCH_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")

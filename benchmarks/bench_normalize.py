@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Micro-benchmark of ``importer.normalize``: µs per call, fast path vs library path.
+"""Micro-benchmark of ``importer.core.normalize``: µs per call, fast path vs library path.
 
     .venv/bin/python benchmarks/bench_normalize.py [--values 100000] [--seed 7]
 
@@ -16,7 +16,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
-from importer import normalize
+from importer.core import normalize
 
 DDDS = ["11", "21", "31", "41", "51", "61", "71", "81", "85", "19", "27", "47", "62", "91"]
 PROVIDERS = ["gmail.com", "hotmail.com", "yahoo.com.br", "outlook.com", "uol.com.br"]

@@ -20,7 +20,10 @@ from collections.abc import Callable
 
 import orjson
 
-from importer.reader import CsvReader, GzipInflater, JsonlReader, Sniffed
+from importer.read.csvfile import CsvReader
+from importer.read.inflate import GzipInflater
+from importer.read.jsonl import JsonlReader
+from importer.read.records import Sniffed
 
 FIRST = [
     "Ana",

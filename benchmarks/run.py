@@ -32,12 +32,13 @@ import asyncpg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.generate import generate
-from importer.adapters.postgres import migrate
-from importer.models import ConflictStrategy, ContactRow
-from importer.reader import CsvReader, sniff
-from importer.settings import Limits
-from importer.testing import ReferenceModel
-from importer.validate import RowBuilder, plan_for_header
+from importer.adapters.postgres.store import migrate
+from importer.core.layout import plan_for_header
+from importer.core.models import ConflictStrategy, ContactRow, Limits
+from importer.core.reference import ReferenceModel
+from importer.core.rows import RowBuilder
+from importer.read.csvfile import CsvReader
+from importer.read.sniff import sniff
 
 HERE = Path(__file__).resolve().parent
 ADMIN_DSN = os.environ.get("BENCH_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")

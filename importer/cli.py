@@ -18,27 +18,36 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
-from importer import admin, failpoints, runtime
-from importer.auth import DEFAULT_TTL_S, MAX_CLIENT_ID, Permission, Principal, mint_token
-from importer.exceptions import (
+from importer import wiring
+from importer.core import failpoints
+from importer.core.errors import (
     ConfigurationError,
     ImporterError,
     JobNotFoundError,
     ServiceUnreachableError,
 )
+from importer.core.layout import parse_layout
+from importer.core.models import (
+    TERMINAL_STATUSES,
+    ConflictStrategy,
+    Counters,
+    InputFormat,
+    JobStatus,
+)
+from importer.core.principals import Permission, Principal
+from importer.core.progress import Phase, RateWindow, eta_seconds, format_eta, run_phase
+from importer.http.auth import DEFAULT_TTL_S, MAX_CLIENT_ID, mint_token
 from importer.logs import configure_logging
-from importer.models import TERMINAL_STATUSES, ConflictStrategy, Counters, InputFormat, JobStatus
-from importer.progress import Phase, RateWindow, eta_seconds, format_eta, run_phase
-from importer.service import (
+from importer.services import admin
+from importer.services.local import (
     S3_SCHEME,
     ImportOutcome,
     ImportRequest,
     S3Location,
-    format_for,
     parse_s3_url,
 )
+from importer.services.runs import format_for
 from importer.settings import Settings, log_level_for
-from importer.validate import parse_layout
 
 
 def _positive(raw: str) -> int:
@@ -456,7 +465,7 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
     _tune_gc()
     # A local path is sealed on the job absolute: `importer job resume` finds it there.
     path = args.path.absolute() if isinstance(args.path, Path) else args.path
-    interrupt = runtime.Interrupt()
+    interrupt = wiring.Interrupt()
 
     def run(progress: TerminalProgress | None) -> Coroutine[None, None, ImportOutcome]:
         def announce(job_id: uuid.UUID) -> None:
@@ -466,7 +475,7 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
             else:
                 progress.console.print(line, markup=False, highlight=False)
 
-        return runtime.run_import(
+        return wiring.run_import(
             settings, path, request, progress, args.errors_out, interrupt, announce
         )
 
@@ -476,10 +485,10 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
 def _resume(settings: Settings, args: argparse.Namespace) -> int:
     """``importer job resume JOB``: like ``import``; a refusal is one line on stderr, exit 1."""
     _tune_gc()
-    interrupt = runtime.Interrupt()
+    interrupt = wiring.Interrupt()
 
     def run(progress: TerminalProgress | None) -> Coroutine[None, None, ImportOutcome]:
-        return runtime.run_resume(settings, args.job_id, progress, args.errors_out, interrupt)
+        return wiring.run_resume(settings, args.job_id, progress, args.errors_out, interrupt)
 
     try:
         outcome = _with_bar(args.json, run)
@@ -500,7 +509,7 @@ def _with_bar(
     return uvloop.run(run(None))
 
 
-def _report(outcome: ImportOutcome, interrupt: runtime.Interrupt, json_out: bool) -> int:
+def _report(outcome: ImportOutcome, interrupt: wiring.Interrupt, json_out: bool) -> int:
     """The summary (or the JSON document); how to resume a job left unfinished. Exit 0 when
     completed, 128 + the signal when the user's SIGINT (130) or SIGTERM (143) cancelled it,
     else 1."""
@@ -621,7 +630,7 @@ def _read(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _read_document(settings: Settings, args: argparse.Namespace) -> dict[str, object]:
     now = dt.datetime.now(dt.UTC)
-    async with runtime.job_reader(settings) as jobs:
+    async with wiring.job_reader(settings) as jobs:
         if args.command == "status":
             return await admin.job_status(jobs, args.job_id, now)
         wanted = admin.HistoryFilter(
@@ -661,7 +670,7 @@ def _token(settings: Settings, args: argparse.Namespace) -> int:
 def _worker(settings: Settings, args: argparse.Namespace) -> int:
     """Run imports queued through the API until SIGTERM or SIGINT; 0 once drained."""
     _tune_gc()
-    uvloop.run(runtime.run_workers(settings, args.workers))
+    uvloop.run(wiring.run_workers(settings, args.workers))
     return 0
 
 
@@ -680,7 +689,7 @@ def _admin(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _admin_document(settings: Settings, args: argparse.Namespace) -> object:
-    async with runtime.admin_service(settings) as service:
+    async with wiring.admin_service(settings) as service:
         if args.command == "job" and args.job_command == "requeue":
             return admin.requeued_document(await service.requeue(None, args.job_id))
         if args.command == "job":
@@ -709,7 +718,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _migrate(settings: Settings, _args: argparse.Namespace) -> int:
-    uvloop.run(runtime.run_migrate(settings))
+    uvloop.run(wiring.run_migrate(settings))
     print("schema applied", file=sys.stderr)
     return 0
 

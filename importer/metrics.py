@@ -14,7 +14,7 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from importer.models import TERMINAL_STATUSES, Counters, JobStatus
+from importer.core.models import TERMINAL_STATUSES, Counters, JobStatus
 
 # Request latency buckets (seconds): from a cached read to a multi-second upload.
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)

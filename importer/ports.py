@@ -7,145 +7,28 @@ import contextlib
 import datetime as dt
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-from importer.accelerator import RateDecision
-from importer.exceptions import ChecksumMismatchError, InvalidObjectKeyError
-from importer.models import (
+from importer.core.accelerator import RateDecision
+from importer.core.models import (
     Batch,
     Checkpoint,
-    ConflictStrategy,
     Counters,
-    InputFormat,
+    DeadLetter,
+    Finalized,
     Job,
     JobStatus,
+    JobView,
     JobWarning,
+    LeaseState,
+    NewJob,
+    OutboxMessage,
     Reason,
     RowIssue,
+    StoredLayout,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class NewJob:
-    """What creating an import needs; the store assigns nothing else."""
-
-    id: uuid.UUID
-    client_id: int
-    user_id: str | None
-    source: str
-    input_format: str
-    strategy: str
-    chunk_size: int
-    partitions: int
-    layout: dict[str, object] | None = None
-    has_internationalization: bool = False
-    bytes_total: int | None = None
-    journey_id: int | None = None
-    auto_start_journey_mailing: bool | None = None
-    source_size: int | None = None  # sealed: the worker verifies the stored bytes against them
-    source_sha256: str | None = None
-    filename: str | None = None
-    has_sensitive_data: bool = False
-    has_underage_data: bool = False
-    data_processing_purpose: str | None = None
-    lgpd_processing_hypothesis: int | None = None
-    tags: Sequence[str] | None = None
-    kind: str = "contacts"
-    # The creating process runs the job itself (the CLI): no worker claims it. It is created
-    # under this lease of its own (renewed by its heartbeat).
-    in_process: bool = False
-    lease_owner: str | None = None
-    lease_s: float = 0.0
-    local_path: str | None = None  # the CLI's file (absolute), sealed by source_size/sha256
-
-
-@dataclass(frozen=True, slots=True)
-class JobView:
-    """An import as the API shows it.
-
-    ``counters`` are the chunk ledger's sums while the job runs and the job row's once it is
-    terminal; ``rows_done`` is their ``rows_read`` and ``bytes_read`` the furthest offset a
-    done chunk reached.
-    """
-
-    id: uuid.UUID
-    client_id: int
-    user_id: str | None
-    status: JobStatus
-    conflict_strategy: ConflictStrategy
-    input_format: InputFormat
-    source: str  # the storage key
-    filename: str | None
-    source_size: int | None
-    source_sha256: str | None
-    counters: Counters
-    rows_done: int
-    bytes_read: int
-    bytes_total: int | None
-    fail_reason: str | None
-    cancel_requested: bool
-    journey_id: int | None
-    tags: tuple[str, ...] | None
-    last_operation_id: str | None
-    created_at: dt.datetime
-    updated_at: dt.datetime
-    started_at: dt.datetime | None
-    finished_at: dt.datetime | None
-    warnings: tuple[JobWarning, ...] = ()  # file-level warnings (suspect_encoding)
-    # What a watcher sees (importer/progress.py): any batch committed, the run's reader at the
-    # end of the file, rows and bytes committed in the last RATE_WINDOW_S, the place of a queued
-    # job in the claim's order (1: the next claim takes it).
-    batches_done: bool = False
-    read_to_end: bool = False
-    recent_rows: int = 0
-    recent_bytes: int = 0
-    queue_position: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseState:
-    """What renewing a lease found: still ours, and whether a cancel was requested."""
-
-    held: bool
-    cancel_requested: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Requeued:
-    """A job the owner put back to ``queued``: its next run (1 was the first)."""
-
-    job_id: uuid.UUID
-    client_id: int
-    run: int
-    finalizations_removed: int  # the previous run's import_batch_finalized row (0 or 1)
-
-
-@dataclass(frozen=True, slots=True)
-class RemovedData:
-    """What removing an import's data removed (all zero on a repeat)."""
-
-    job_id: uuid.UUID
-    client_id: int
-    contacts: int  # soft-deleted (deleted_at set), with their channels
-    details: int
-    chunks: int  # ledger rows: a requeue then reads the whole file again
-    row_errors: int
-    removed_at: dt.datetime  # the first removal's time
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """A chunk message in the dead-letter queue, as its owner sees it. ``job_id``, ``chunk``
-    and ``partition`` are None when the body is not a chunk message (it went there for that)."""
-
-    message_id: str | None
-    job_id: uuid.UUID | None
-    chunk: int | None
-    partition: int | None
-    error: str | None
-    attempts: int  # failed deliveries, carried across re-publishes (T12)
-    dead_lettered_at: str | None  # ISO 8601, UTC
+from importer.core.objects import StoredObject
+from importer.core.options import FiringIntent
 
 
 class HeldDeadLetter(Protocol):
@@ -169,14 +52,6 @@ class DeadLetterQueue(Protocol):
         """The first ``max_messages`` letters, held until the block ends; then every letter not
         replayed goes back to the queue."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class Finalized:
-    """The terminal state written by the one finalization that won."""
-
-    status: JobStatus
-    counters: Counters
 
 
 class Store(Protocol):
@@ -421,22 +296,6 @@ class NullObserver:
         pass
 
 
-# --- object storage ---------------------------------------------------------------------------
-
-# S3's limit on a key's UTF-8 length; the local store keeps the same rule, so a key that works
-# on disk works on S3.
-MAX_KEY_BYTES = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class StoredObject:
-    """An object as stored: its key, its size in bytes and the sha256 of its bytes (hex)."""
-
-    key: str
-    size: int
-    sha256: str
-
-
 class ObjectStore(Protocol):
     """Uploaded import files: S3, or a local directory. Every key passes :func:`check_key`."""
 
@@ -490,57 +349,6 @@ class ObjectStore(Protocol):
         ...
 
 
-def key_problem(key: str) -> str | None:
-    """Why ``key`` is not a safe object key, or None when it is.
-
-    One rule for both stores: relative, '/'-separated segments, none of them empty, '.' or '..',
-    no NUL, at most ``MAX_KEY_BYTES`` of UTF-8. So no key can leave the local store's directory,
-    and a key accepted on disk is accepted by S3.
-    """
-    try:
-        size = len(key.encode("utf-8"))
-    except UnicodeEncodeError:
-        return "is not valid UTF-8"
-    problems = (
-        (size == 0, "is empty"),
-        (size > MAX_KEY_BYTES, f"is longer than {MAX_KEY_BYTES} bytes"),
-        ("\x00" in key, "contains NUL"),
-        (key.startswith("/"), "is absolute"),
-        (any(s in ("", ".", "..") for s in key.split("/")), "has an empty, '.' or '..' segment"),
-    )
-    return next((why for found, why in problems if found), None)
-
-
-def check_key(key: str) -> str:
-    """``key`` itself when it is safe (see :func:`key_problem`); else InvalidObjectKeyError."""
-    problem = key_problem(key)
-    if problem is not None:
-        raise InvalidObjectKeyError(f"object key {key[:80]!r} {problem}")
-    return key
-
-
-def check_sealed(found: StoredObject, size: int, sha256: str) -> None:
-    """Raise ChecksumMismatchError unless the stored bytes are the sealed ones."""
-    if found.size != size or found.sha256 != sha256.lower():
-        raise ChecksumMismatchError(
-            f"object {found.key!r} has {found.size} bytes, sha256 {found.sha256};"
-            f" sealed: {size} bytes, sha256 {sha256}"
-        )
-
-
-# --- outbox relay -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class OutboxMessage:
-    """An outbox row: ``message_id`` is stable, so a re-publish carries the same id."""
-
-    id: int
-    message_id: str
-    topic: str
-    payload: bytes  # JSON
-
-
 class Outbox(Protocol):
     """The outbox table as the relay sees it."""
 
@@ -579,3 +387,63 @@ class MessagePublisher(Protocol):
     ) -> None: ...
 
     async def close(self) -> None: ...
+
+
+class JobStore(Protocol):
+    """The jobs side of :class:`importer.adapters.postgres.store.PostgresStore`."""
+
+    async def view_job(self, client_id: int, job_id: uuid.UUID) -> JobView: ...
+
+    async def list_jobs(
+        self,
+        client_id: int,
+        *,
+        user_id: str | None,
+        statuses: Sequence[JobStatus] | None,
+        before: tuple[dt.datetime, uuid.UUID] | None,
+        limit: int,
+    ) -> list[JobView]: ...
+
+    async def mark_uploaded(
+        self,
+        client_id: int,
+        job_id: uuid.UUID,
+        *,
+        ok: bool,
+        fail_reason: str | None,
+        storage_version: str | None = None,
+    ) -> JobView: ...
+
+    async def start_job(
+        self, client_id: int, job_id: uuid.UUID, operation_id: str | None
+    ) -> JobView: ...
+
+    async def request_cancel(self, client_id: int, job_id: uuid.UUID) -> JobView: ...
+
+    def row_issues(self, job_id: uuid.UUID) -> AsyncIterator[RowIssue]: ...
+
+
+class CatalogStore(Protocol):
+    """What the API adds to the store: job creation with its links, layouts, journeys."""
+
+    async def create_linked_job(
+        self, new_job: NewJob, status: JobStatus, intent: FiringIntent | None
+    ) -> None:
+        """Insert the job, its journey classification and its firing intent in one transaction."""
+        ...
+
+    async def journey_exists(self, client_id: int, journey_id: int) -> bool: ...
+
+    async def create_layout(
+        self, client_id: int, name: str, document: Mapping[str, object]
+    ) -> StoredLayout: ...
+
+    async def get_layout(self, client_id: int, layout_id: int) -> StoredLayout: ...
+
+    async def list_layouts(self, client_id: int) -> list[StoredLayout]: ...
+
+    async def update_layout(
+        self, client_id: int, layout_id: int, name: str, document: Mapping[str, object]
+    ) -> StoredLayout: ...
+
+    async def delete_layout(self, client_id: int, layout_id: int) -> None: ...

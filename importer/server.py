@@ -25,9 +25,9 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from importer.api import begin_drain, create_app
-from importer.auth import TokenVerifier
-from importer.exceptions import ServiceUnreachableError
+from importer.core.errors import ServiceUnreachableError
+from importer.http.app import begin_drain, create_app
+from importer.http.auth import TokenVerifier
 from importer.settings import Settings
 
 # Seconds uvicorn waits for open requests after a signal before cancelling them; uploads in

@@ -6,54 +6,71 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from importer import failpoints
-from importer.exceptions import ConfigurationError
+from importer.core import failpoints
+from importer.core.errors import ConfigurationError
+from importer.core.models import Limits
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
 # Rows per chunk: large enough that per-transaction round trips are noise next to the rows' work.
 DEFAULT_CHUNK_SIZE = 5000
+
+
 # Consumers (and key partitions) per import: enough to keep both cores of the database busy.
 DEFAULT_CONCURRENCY = 4
+
+
 # Bytes read from the source per block.
 DEFAULT_READ_BLOCK = 256 * 1024
+
+
 # Chunks buffered between the reader and each consumer: bounds memory whatever the file size.
 DEFAULT_QUEUE_DEPTH = 2
+
+
 # Where uploaded files live when no S3 endpoint is configured.
 DEFAULT_STORAGE_DIR = "./var/objects"
+
+
 DEFAULT_BUCKET = "importer"
+
+
 # A worker's (or the CLI's) lease on a job: renewed every third of it; a dead worker's job is
 # reclaimed after it, a dead CLI import is abandoned (resumable).
 DEFAULT_LEASE_SECONDS = 30.0
+
+
 # A statement waiting longer than this for a lock fails (the batch is retried, then discarded).
 DEFAULT_LOCK_TIMEOUT_MS = 30_000
+
+
 # Imports one client may run at once across all workers: one tenant cannot take every worker.
 DEFAULT_MAX_IMPORTS_PER_CLIENT = 2
+
+
 # An idle worker looks at the queue this often even without a notification.
 DEFAULT_WORKER_POLL_SECONDS = 5.0
+
+
 # Largest file an HTTP upload may carry (multipart or PUT); larger bodies get 413 unread.
 DEFAULT_MAX_UPLOAD_BYTES = 5 * 1024**3
+
+
 # The server's own address, for the upload URL it hands out when storage has no presigned PUT.
 DEFAULT_PUBLIC_URL = "http://127.0.0.1:8000"
+
+
 # How long a failed chunk waits in the broker's retry queue before it is delivered again.
 DEFAULT_RETRY_DELAY_MS = 30_000
+
+
 # Retries of a failed chunk before it is discarded and its message dead-lettered.
 DEFAULT_MAX_RETRIES = 3
+
+
 # Imports one client may create per minute through the API (enforced only with REDIS_URL set).
 DEFAULT_RATE_LIMIT_PER_MINUTE = 120
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Input limits; each protects memory or the database from a hostile file."""
-
-    max_file_bytes: int = 20 * 1024**3
-    max_decompressed_bytes: int = 40 * 1024**3
-    # Past a few MiB of output, gzip expanding more than this many times is a bomb.
-    max_gzip_ratio: int = 200
-    max_record_chars: int = 1024 * 1024
-    max_field_chars: int = 64 * 1024
-    max_columns: int = 512
-    max_value_chars: int = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +117,7 @@ class Settings:
     # Redis: an accelerator only (progress hints, the creation rate limit); None runs without.
     redis_url: str | None = None
     rate_limit_per_minute: int = DEFAULT_RATE_LIMIT_PER_MINUTE
-    # Tests only: `name=action[@n],…` (importer.failpoints); empty arms none.
+    # Tests only: `name=action[@n],…` (importer.core.failpoints); empty arms none.
     failpoints: str = ""
 
     @classmethod
@@ -159,10 +176,15 @@ class Settings:
 
 _DEFAULT_LIMITS = Limits()
 
+
 # The long-running services log their canonical lines (`chunk_applied`, `job_finished`) by
 # default; the command line keeps quiet (its bar and summary say it all).
 SERVICE_COMMANDS = frozenset({"serve", "worker"})
+
+
 SERVICE_LOG_LEVEL = "info"
+
+
 CLI_LOG_LEVEL = "warning"
 
 

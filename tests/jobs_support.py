@@ -13,11 +13,10 @@ from typing import TypeVar
 
 import asyncpg
 
-from importer.adapters.localstore import LocalObjectStore
-from importer.adapters.postgres import PostgresStore, connect_pool
-from importer.models import Counters, JobStatus
-from importer.ports import NewJob
-from importer.service import format_for
+from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.storage.local import LocalObjectStore
+from importer.core.models import Counters, JobStatus, NewJob
+from importer.services.runs import format_for
 from tests.support import bad_cpf, cpf, fetch, write_csv
 
 T = TypeVar("T")

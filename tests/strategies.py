@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from importer.models import Channel, ContactRow, Detail
+from importer.core.models import Channel, ContactRow, Detail
 from tests.support import bad_cpf, cpf
 
 HEADER = ["nome", "cpf", "email", "celular", "plano", "cidade"]

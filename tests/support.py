@@ -9,13 +9,14 @@ from pathlib import Path
 
 import asyncpg
 
-from importer.adapters.files import LocalFileSource
-from importer.adapters.postgres import PostgresStore, connect_pool
-from importer.models import Channel, ConflictStrategy, InputFormat
-from importer.service import ImportOutcome, ImportRequest, format_for, import_source
+from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.storage.files import LocalFileSource
+from importer.core.layout import Layout
+from importer.core.models import Channel, ConflictStrategy, InputFormat
+from importer.core.reference import ContactState
+from importer.services.local import ImportOutcome, ImportRequest, import_source
+from importer.services.runs import format_for
 from importer.settings import Settings
-from importer.testing import ContactState
-from importer.validate import Layout
 
 
 def write_csv(

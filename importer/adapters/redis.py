@@ -29,7 +29,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from importer.accelerator import (
+from importer.core.accelerator import (
     ALLOWED,
     PROGRESS_PATTERN,
     RATE_WINDOW_S,
@@ -42,10 +42,10 @@ from importer.accelerator import (
     rate_decision,
     rate_key,
 )
-from importer.exceptions import AcceleratorError
+from importer.core.errors import AcceleratorError
 from importer.ports import HintWatch
 
-log = structlog.get_logger("importer.redis")
+log = structlog.get_logger(__name__)
 
 # Connecting and each command: Redis is local and fast, or it is treated as away.
 CONNECT_TIMEOUT_S = 0.25

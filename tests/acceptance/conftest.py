@@ -12,7 +12,7 @@ import aio_pika
 import pytest
 
 from benchmarks.generate import GenerationStats, generate
-from importer.adapters.rabbit import Topology
+from importer.adapters.rabbit.broker import Topology
 
 # The size of the generated file of the catalog's fault tests (T02-T17, T26, T30-T36). The
 # catalog asks 100k-200k rows: `IMPORTER_CATALOG_ROWS=100000 ./scripts/test tests/acceptance`

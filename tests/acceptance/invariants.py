@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.generate import GenerationStats
-from importer.models import Counters, JobStatus
-from importer.testing import ContactState
+from importer.core.models import Counters, JobStatus
+from importer.core.reference import ContactState
 from tests.jobs_support import as_tuple, ledger
 from tests.support import db_state, fetch, finalization_counts, import_file
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import aio_pika
 import pytest
 
-from importer.adapters.rabbit import Topology
+from importer.adapters.rabbit.broker import Topology
 from importer.settings import Settings
 from tests.support import cpf, fetch, write_csv
 

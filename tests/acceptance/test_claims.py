@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from importer.models import JobStatus
+from importer.core.models import JobStatus
 from tests.jobs_support import bare_job, job_env
 from tests.support import fetch
 
@@ -28,7 +28,7 @@ LEASE_S = 300.0
 # One claiming process: TASKS tasks claim until none finds a job; prints {"owner": [ids]}.
 CLAIMER = """
 import asyncio, sys, orjson
-from importer.adapters.postgres import PostgresStore, connect_pool
+from importer.adapters.postgres.store import PostgresStore, connect_pool
 
 async def main(dsn, name, tasks, lease):
     pool = await connect_pool(dsn, tasks)

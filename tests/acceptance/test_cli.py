@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from importer.auth import Permission, Principal, TokenVerifier
+from importer.core.principals import Permission, Principal
+from importer.http.auth import TokenVerifier
 from tests.support import cpf, fetch
 
 pytestmark = pytest.mark.acceptance

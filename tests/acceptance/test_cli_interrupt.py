@@ -22,8 +22,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from importer.exceptions import IllegalTransitionError
-from importer.models import JobStatus
+from importer.core.errors import IllegalTransitionError
+from importer.core.models import JobStatus
 from tests.acceptance.conftest import SEED, Contacts
 from tests.acceptance.invariants import (
     assert_ledger_whole,

@@ -24,8 +24,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from importer.failpoints import CRASH_EXIT_CODE
-from importer.models import TERMINAL_STATUSES
+from importer.core.failpoints import CRASH_EXIT_CODE
+from importer.core.models import TERMINAL_STATUSES
 from tests.acceptance.conftest import CHUNK_SIZE, ROWS, SEED, Contacts
 from tests.acceptance.invariants import (
     assert_ledger_whole,

@@ -14,8 +14,7 @@ import asyncpg
 import orjson
 import pytest
 
-from importer.models import TERMINAL_STATUSES
-from importer.ports import JobView
+from importer.core.models import TERMINAL_STATUSES, JobView
 from tests.acceptance.test_admin_cli import importer
 from tests.jobs_support import WAIT_S, contacts_csv, eventually, job_env, upload_job
 from tests.support import cpf, write_csv

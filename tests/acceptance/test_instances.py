@@ -18,10 +18,10 @@ from pathlib import Path
 import aio_pika
 import pytest
 
-from importer import codec
-from importer.adapters.rabbit import Topology
-from importer.failpoints import CRASH_EXIT_CODE
-from importer.models import Batch, ContactRow, JobStatus
+from importer.adapters.rabbit.broker import Topology
+from importer.core import codec
+from importer.core.failpoints import CRASH_EXIT_CODE
+from importer.core.models import Batch, ContactRow, JobStatus
 from tests.acceptance.conftest import RABBITMQ_URL, Contacts
 from tests.acceptance.test_crash_resume import (
     CHUNK_SIZE,

@@ -20,7 +20,7 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from importer.accelerator import PROGRESS_PATTERN
+from importer.core.accelerator import PROGRESS_PATTERN
 from tests.acceptance.conftest import CHUNK_SIZE, ROWS, Contacts
 from tests.acceptance.invariants import Imported, assert_invariants, other_clients_digest
 from tests.conftest import _free_loopback_port

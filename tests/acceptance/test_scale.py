@@ -17,8 +17,8 @@ import pytest
 
 from benchmarks.generate import GenerationStats, generate
 from benchmarks.run import valid_rows
-from importer.models import ConflictStrategy
-from importer.testing import ReferenceModel
+from importer.core.models import ConflictStrategy
+from importer.core.reference import ReferenceModel
 from tests.support import db_state, fetch, import_file
 
 pytestmark = pytest.mark.acceptance

@@ -31,8 +31,8 @@ import aio_pika
 import httpx
 import pytest
 
-from importer.adapters.rabbit import Topology
-from importer.models import TERMINAL_STATUSES, JobStatus
+from importer.adapters.rabbit.broker import Topology
+from importer.core.models import TERMINAL_STATUSES, JobStatus
 from tests.acceptance.conftest import RABBITMQ_URL, ROWS, SEED, Contacts
 from tests.acceptance.test_crash_resume import (
     BATCHES,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from importer.adapters.postgres import PostgresStore, connect_pool
-from importer.imports import job_document
+from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.services.documents import job_document
 from tests.acceptance.test_admin_cli import failed_job, importer, one_line_failure
 from tests.support import bad_cpf, cpf, write_csv
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from importer.adapters.chunks import DRAIN_TIMEOUT_S
+from importer.adapters.rabbit.chunks import DRAIN_TIMEOUT_S
 from importer.server import GRACEFUL_SHUTDOWN_S
 from tests.acceptance.test_container_files import readme_variables
 

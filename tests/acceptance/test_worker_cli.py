@@ -12,8 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from importer.models import TERMINAL_STATUSES, JobStatus
-from importer.ports import JobView
+from importer.core.models import TERMINAL_STATUSES, JobStatus, JobView
 from tests.jobs_support import WAIT_S, contacts_csv, eventually, job_env, upload_job
 
 pytestmark = pytest.mark.acceptance

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 import httpx
 
-from importer.auth import Permission, Principal, mint_token
+from importer.core.principals import Permission, Principal
+from importer.http.auth import mint_token
 
 SECRET = "api-tier-secret-" + "x" * 32
 # Small enough that the 413 tests stay fast; every other test's file is far smaller.

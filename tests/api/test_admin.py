@@ -15,9 +15,9 @@ import aio_pika
 import httpx
 import pytest
 
-from importer import codec
-from importer.adapters import rabbit
-from importer.models import Batch, ContactRow
+from importer.adapters.rabbit import broker
+from importer.core import codec
+from importer.core.models import Batch, ContactRow
 from importer.settings import Settings
 from tests.api.conftest import Server, start_server, stop_server
 from tests.api.support import (
@@ -196,11 +196,11 @@ async def broker_server(broker_db: str, tmp_path: Path) -> AsyncIterator[Server]
         await _delete_queues(topology_of(running))
 
 
-def topology_of(server: Server) -> rabbit.Topology:
-    return rabbit.Topology.from_settings(Settings(queue_prefix=server.env["IMPORTER_QUEUE_PREFIX"]))
+def topology_of(server: Server) -> broker.Topology:
+    return broker.Topology.from_settings(Settings(queue_prefix=server.env["IMPORTER_QUEUE_PREFIX"]))
 
 
-async def _delete_queues(topology: rabbit.Topology) -> None:
+async def _delete_queues(topology: broker.Topology) -> None:
     connection = await aio_pika.connect(RABBITMQ_URL)
     try:
         channel = await connection.channel()
@@ -227,16 +227,16 @@ async def running_job(dsn: str, client: int) -> uuid.UUID:
     return job_id
 
 
-async def dead_letter(topology: rabbit.Topology, job_id: uuid.UUID, key: str) -> str:
+async def dead_letter(topology: broker.Topology, job_id: uuid.UUID, key: str) -> str:
     """A chunk message of ``job_id`` that failed 3 times, dead-lettered as a consumer does."""
     batch = Batch(0, 0, 2, 40, (ContactRow(2, key, "Dead Letter", None),), end_line=3)
     body = codec.encode(job_id, "gone", batch)
     message_id = codec.message_id(job_id, batch)
-    message = aio_pika.Message(body, message_id=message_id, headers={rabbit.ATTEMPTS_HEADER: 3})
-    connection = await rabbit.connect(RABBITMQ_URL, name="test-dead-letter")
+    message = aio_pika.Message(body, message_id=message_id, headers={broker.ATTEMPTS_HEADER: 3})
+    connection = await broker.connect(RABBITMQ_URL, name="test-dead-letter")
     try:
-        publisher = await rabbit.Publisher.open(connection)
-        await rabbit.dead_letter(publisher, topology, message, "boom: the database refused it")
+        publisher = await broker.Publisher.open(connection)
+        await broker.dead_letter(publisher, topology, message, "boom: the database refused it")
     finally:
         await connection.close()
     return message_id

@@ -27,7 +27,7 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.schemas import BaseSchema
 
-from importer.api import create_app
+from importer.http.app import create_app
 from importer.settings import Settings
 from tests.api.conftest import Server
 from tests.api.support import ADMIN, CREATE, HSM, TERMINAL, auth, token

@@ -13,7 +13,8 @@ import httpx
 import orjson
 import pytest
 
-from importer.auth import Permission, Principal, mint_token
+from importer.core.principals import Permission, Principal
+from importer.http.auth import mint_token
 from tests.api.conftest import start_server, stop_server
 from tests.api.support import (
     ADMIN,

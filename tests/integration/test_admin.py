@@ -10,14 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from importer.exceptions import (
-    IllegalTransitionError,
-    ImportAlreadyAppliedError,
-    JobNotFoundError,
-)
-from importer.models import Counters, JobStatus
+from importer.core.errors import IllegalTransitionError, ImportAlreadyAppliedError, JobNotFoundError
+from importer.core.models import Counters, JobStatus
+from importer.services.worker import Worker
 from importer.settings import Settings
-from importer.worker import Worker
 from tests.jobs_support import (
     WAIT_S,
     Env,

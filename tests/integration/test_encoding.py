@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from importer.adapters.postgres import PostgresStore, connect_pool
-from importer.models import JobStatus, JobWarning, Reason, RowIssue, Severity
-from importer.report import write_csv_report
-from importer.streams import jsonl_report
-from importer.validate import Layout
+from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.core.layout import Layout
+from importer.core.models import JobStatus, JobWarning, Reason, RowIssue, Severity
+from importer.core.report import write_csv_report
+from importer.http.streams import jsonl_report
 from tests.support import cpf, fetch, import_file
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from importer import failpoints
+from importer.core import failpoints
 from tests.jobs_support import as_tuple, contacts_csv, ledger_chunks
 from tests.support import db_state, finalization_counts, import_file
 

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from importer.adapters.localstore import LocalObjectStore
-from importer.adapters.postgres import PostgresStore, connect_pool
-from importer.imports import job_document, utc_now
+from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.storage.local import LocalObjectStore
+from importer.services.documents import job_document
+from importer.services.imports import utc_now
+from importer.services.worker import Worker
 from importer.settings import Settings
-from importer.worker import Worker
 from tests.jobs_support import WAIT_S, Env, contacts_csv, eventually, job_env, upload_job
 from tests.support import fetch
 

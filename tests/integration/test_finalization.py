@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from importer.models import JobStatus
-from importer.pipeline import BlockParser, PipelineConfig
-from importer.settings import Limits
+from importer.core.config import PipelineConfig
+from importer.core.models import JobStatus, Limits
+from importer.read.blocks import BlockParser
 from tests.jobs_support import Env, contacts_csv, job_env, upload_job
 from tests.support import fetch, finalization_counts
 

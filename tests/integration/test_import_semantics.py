@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from importer.models import Channel, ConflictStrategy, JobStatus
-from importer.testing import ContactState
+from importer.core.models import Channel, ConflictStrategy, JobStatus
+from importer.core.reference import ContactState
 from tests.support import bad_cpf, cpf, db_state, fetch, finalization_counts, import_file, write_csv
 
 pytestmark = pytest.mark.integration

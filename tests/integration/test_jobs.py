@@ -13,15 +13,14 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from importer.adapters.postgres import JOBS_CHANNEL, PostgresStore, connect_pool
-from importer.exceptions import (
+from importer.adapters.postgres.store import JOBS_CHANNEL, PostgresStore, connect_pool
+from importer.core.errors import (
     IllegalTransitionError,
     ImportAlreadyAppliedError,
     JobNotFoundError,
     JobNotReadyError,
 )
-from importer.models import Job, JobStatus
-from importer.ports import NewJob
+from importer.core.models import Job, JobStatus, NewJob
 from importer.sql import queries
 from tests.jobs_support import (
     Env,

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from importer.adapters.postgres import PostgresStore
-from importer.applier import BatchApplier
-from importer.exceptions import LaneNotReadyError
-from importer.models import Batch, Counters, Job, JobStatus
-from importer.pipeline import BlockParser, PipelineConfig
-from importer.settings import Limits
+from importer.adapters.postgres.store import PostgresStore
+from importer.core.config import PipelineConfig
+from importer.core.errors import LaneNotReadyError
+from importer.core.models import Batch, Counters, Job, JobStatus, Limits
+from importer.pipeline.applier import BatchApplier
+from importer.read.blocks import BlockParser
 from tests.integration.test_poison_rows import POISON, contacts, forbid_poison, write
 from tests.jobs_support import Env, as_tuple, contacts_csv, job_env, ledger, upload_job
 from tests.support import db_state, fetch, import_file

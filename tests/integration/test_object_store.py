@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 import aioboto3
 import pytest
 
-from importer.adapters.localstore import LocalObjectStore
-from importer.adapters.postgres import PostgresStore, connect_pool
-from importer.adapters.s3 import PART_SIZE
-from importer.exceptions import (
+from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.storage.local import LocalObjectStore
+from importer.adapters.storage.s3 import PART_SIZE
+from importer.core.errors import (
     ChecksumMismatchError,
     FileRejectedError,
     InvalidObjectKeyError,
@@ -29,12 +29,14 @@ from importer.exceptions import (
     ObjectTooLargeError,
     StorageError,
 )
-from importer.models import Channel, ConflictStrategy, InputFormat, JobStatus, Reason
-from importer.ports import ObjectStore, StoredObject
-from importer.runtime import object_store
-from importer.service import ImportRequest, ObjectSource, import_source
+from importer.core.models import Channel, ConflictStrategy, InputFormat, JobStatus, Reason
+from importer.core.objects import StoredObject
+from importer.core.reference import ContactState
+from importer.ports import ObjectStore
+from importer.services.local import ImportRequest, import_source
+from importer.services.runs import ObjectSource
 from importer.settings import Settings
-from importer.testing import ContactState
+from importer.wiring import object_store
 from tests.support import cpf, db_state
 
 if TYPE_CHECKING:

@@ -10,9 +10,10 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from importer.adapters.files import LocalFileSource
-from importer.adapters.postgres import PostgresStore, connect_pool
-from importer.models import (
+from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.storage.files import LocalFileSource
+from importer.core.config import PipelineConfig
+from importer.core.models import (
     Batch,
     ConflictStrategy,
     ContactRow,
@@ -20,11 +21,12 @@ from importer.models import (
     InputFormat,
     Job,
     JobStatus,
+    Limits,
 )
-from importer.pipeline import ImportRun, PipelineConfig
-from importer.service import ImportRequest, import_source
-from importer.settings import Limits, Settings
-from importer.testing import ReferenceModel
+from importer.core.reference import ReferenceModel
+from importer.pipeline.run import ImportRun
+from importer.services.local import ImportRequest, import_source
+from importer.settings import Settings
 from tests.jobs_support import ledger
 from tests.support import cpf, db_state, fetch, import_file, write_csv
 

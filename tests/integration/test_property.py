@@ -11,12 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from importer.adapters.files import LocalFileSource
-from importer.adapters.postgres import PostgresStore, connect_pool
-from importer.models import ConflictStrategy, Counters
-from importer.service import ImportRequest, format_for, import_source
+from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.storage.files import LocalFileSource
+from importer.core.models import ConflictStrategy, Counters
+from importer.core.reference import ReferenceModel
+from importer.services.local import ImportRequest, import_source
+from importer.services.runs import format_for
 from importer.settings import Settings
-from importer.testing import ReferenceModel
 from tests.strategies import GeneratedRow, csv_bytes, expected_rows, rows
 from tests.support import db_state
 

@@ -24,9 +24,9 @@ import orjson
 import pytest
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
-from importer.adapters.outbox import PostgresOutbox
-from importer.adapters.postgres import connect_pool
-from importer.adapters.rabbit import (
+from importer.adapters.postgres.outbox import PostgresOutbox
+from importer.adapters.postgres.store import connect_pool
+from importer.adapters.rabbit.broker import (
     ATTEMPTS_HEADER,
     ERROR_HEADER,
     FIRST_DEATH_HEADERS,
@@ -42,9 +42,10 @@ from importer.adapters.rabbit import (
     redeliveries_of,
     republish_headers,
 )
-from importer.exceptions import BrokerError
-from importer.ports import MessagePublisher, OutboxMessage
-from importer.relay import OutboxRelay
+from importer.core.errors import BrokerError
+from importer.core.models import OutboxMessage
+from importer.ports import MessagePublisher
+from importer.services.relay import OutboxRelay
 from tests.jobs_support import eventually
 from tests.support import cpf, fetch, import_file, write_csv
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from importer import runtime
-from importer.accelerator import ProgressHint, decode_hint, progress_channel
+from importer import wiring
 from importer.adapters.redis import RedisAccelerator, RedisRateLimiter
+from importer.core.accelerator import ProgressHint, decode_hint, progress_channel
+from importer.core.models import JobStatus
 from importer.metrics import PipelineMetrics
-from importer.models import JobStatus
+from importer.services.worker import Worker
 from importer.settings import Settings
-from importer.worker import Worker
 from tests.jobs_support import WAIT_S, Env, contacts_csv, eventually, job_env, upload_job
 from tests.redis_support import RedisServer, redis_server
 
@@ -77,7 +77,7 @@ async def test_a_real_import_s_hints_reach_a_subscriber_and_the_hub_s_watchers(
                 owner=f"w-{uuid.uuid4().hex[:6]}",
                 stop=asyncio.Event(),
                 burst=True,
-                observer=runtime.hinting(PipelineMetrics(), accelerator),
+                observer=wiring.hinting(PipelineMetrics(), accelerator),
             )
             await asyncio.wait_for(worker.run(), WAIT_S)
             await accelerator.publisher.aclose()  # the publishes in flight have landed

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from importer.exceptions import ImportAlreadyAppliedError, ImporterError
-from importer.lifecycle import RunEnding
-from importer.models import ConflictStrategy, Counters, InputFormat, JobStatus
-from importer.service import ImportRequest, import_source, resume_job, seal_local_file
+from importer.core.errors import ImportAlreadyAppliedError, ImporterError
+from importer.core.lifecycle import RunEnding
+from importer.core.models import ConflictStrategy, Counters, InputFormat, JobStatus
+from importer.services.local import ImportRequest, import_source, resume_job, seal_local_file
+from importer.services.worker import Worker
 from importer.settings import Settings
-from importer.worker import Worker
 from tests.jobs_support import Env, as_tuple, contacts_csv, job_env, ledger
 from tests.support import db_state, fetch, finalization_counts, import_file
 

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from importer import lifecycle
-from importer.exceptions import LeaseLostError
-from importer.models import Batch, ContactRow, Counters, Job, JobStatus
-from importer.pipeline import ImportRun, PipelineConfig
-from importer.service import ObjectSource
+from importer.core import lifecycle
+from importer.core.config import PipelineConfig
+from importer.core.errors import LeaseLostError
+from importer.core.models import Batch, ContactRow, Counters, Job, JobStatus
+from importer.pipeline.run import ImportRun
+from importer.services.runs import ObjectSource
+from importer.services.worker import Worker
 from importer.settings import Settings
-from importer.worker import Worker
 from tests.jobs_support import (
     WAIT_S,
     Env,

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import structlog
 
+from importer.core.models import JobStatus
 from importer.metrics import PipelineMetrics
-from importer.models import JobStatus
+from importer.services.worker import Worker
 from importer.settings import Settings
-from importer.worker import Worker
 from tests.jobs_support import WAIT_S, Env, contacts_csv, job_env, upload_job
 
 pytestmark = pytest.mark.integration

@@ -8,10 +8,9 @@ import uuid
 import pytest
 import structlog
 
-from importer.accelerator import (
+from importer.core.accelerator import (
     ALLOWED,
     PROGRESS_CHANNEL_PREFIX,
-    HintingObserver,
     Outage,
     ProgressHint,
     RateDecision,
@@ -22,7 +21,8 @@ from importer.accelerator import (
     rate_decision,
     rate_key,
 )
-from importer.models import Counters, JobStatus
+from importer.core.models import Counters, JobStatus
+from importer.pipeline.observers import HintingObserver
 from importer.settings import DEFAULT_RATE_LIMIT_PER_MINUTE, Settings
 
 JOB = uuid.UUID("0b9f3c2e-54b6-4c1e-9d0f-6a1e2f3a4b5c")

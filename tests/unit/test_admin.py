@@ -9,17 +9,16 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from importer import lifecycle
-from importer.admin import AdminService, Verdict, replay_verdict
-from importer.auth import Permission, Principal
-from importer.exceptions import (
+from importer.core import lifecycle
+from importer.core.errors import (
     IllegalTransitionError,
     ImportAlreadyAppliedError,
     NoBrokerError,
     PermissionDeniedError,
 )
-from importer.models import TERMINAL_STATUSES, JobStatus
-from importer.ports import DeadLetter, RemovedData, Requeued
+from importer.core.models import TERMINAL_STATUSES, DeadLetter, JobStatus, RemovedData, Requeued
+from importer.core.principals import Permission, Principal
+from importer.services.admin import AdminService, Verdict, replay_verdict
 
 
 @pytest.mark.parametrize("status", list(JobStatus))

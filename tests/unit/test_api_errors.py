@@ -5,8 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from importer.api import error_response
-from importer.exceptions import (
+from importer.core.errors import (
     AuthenticationError,
     ImportAlreadyAppliedError,
     ImporterError,
@@ -19,6 +18,7 @@ from importer.exceptions import (
     StoreError,
     TransientStoreError,
 )
+from importer.http.app import error_response
 
 
 @pytest.mark.parametrize(

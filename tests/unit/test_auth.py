@@ -15,17 +15,16 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from importer.auth import (
+from importer.core.errors import AuthenticationError, ConfigurationError, PermissionDeniedError
+from importer.core.principals import Permission, Principal
+from importer.http.auth import (
     LEEWAY_S,
     MAX_CLIENT_ID,
     MAX_TOKEN_CHARS,
-    Permission,
-    Principal,
     TokenVerifier,
     mint_token,
     parse_bearer,
 )
-from importer.exceptions import AuthenticationError, ConfigurationError, PermissionDeniedError
 from importer.settings import Settings
 
 SECRET = "s3cret-for-tests-only-0123456789abcdef"

@@ -8,8 +8,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from importer.auth import MAX_PUBLIC_KEYS, Permission, Principal, TokenVerifier, mint_token
-from importer.exceptions import AuthenticationError, ConfigurationError
+from importer.core.errors import AuthenticationError, ConfigurationError
+from importer.core.principals import Permission, Principal
+from importer.http.auth import MAX_PUBLIC_KEYS, TokenVerifier, mint_token
 
 ANA = Principal("ana", 7, frozenset({Permission.IMPORT_ADMIN}))
 

@@ -12,18 +12,19 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from importer import lifecycle
-from importer.exceptions import FileRejectedError
-from importer.models import (
+from importer.core import lifecycle
+from importer.core.config import PipelineConfig
+from importer.core.errors import FileRejectedError
+from importer.core.models import (
     Batch,
     Checkpoint,
     ConflictStrategy,
     InputFormat,
     Job,
     JobStatus,
+    Limits,
 )
-from importer.pipeline import BlockParser, PipelineConfig
-from importer.settings import Limits
+from importer.read.blocks import BlockParser
 from tests.strategies import csv_bytes, rows
 
 CONFIG = PipelineConfig(limits=Limits(max_field_chars=40, max_record_chars=200))

@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from importer.cli import TerminalProgress
-from importer.models import Counters
+from importer.core.models import Counters
 
 
 def test_the_bar_goes_reading_applying_finalizing_with_a_rate_and_an_eta() -> None:

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from importer.cli import build_parser, flat_fields, history_row
-from importer.exceptions import (
+from importer.core.errors import (
     BrokerError,
     BrokerUnreachableError,
     ConfigurationError,
@@ -21,9 +21,10 @@ from importer.exceptions import (
     StorageUnreachableError,
     TransientStoreError,
 )
-from importer.service import S3Location, format_for, parse_s3_url
+from importer.core.unreachable import MASK, explain, mask_url
+from importer.services.local import S3Location, parse_s3_url
+from importer.services.runs import format_for
 from importer.settings import Settings, log_level_for
-from importer.unreachable import MASK, explain, mask_url
 
 
 def parsers(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:

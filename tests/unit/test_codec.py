@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from importer import codec
-from importer.exceptions import MalformedMessageError
-from importer.models import Batch, Channel, ContactRow, Detail, Reason, RowIssue, Severity
+from importer.core import codec
+from importer.core.errors import MalformedMessageError
+from importer.core.models import Batch, Channel, ContactRow, Detail, Reason, RowIssue, Severity
 
 texts = st.text(max_size=20)
 details = st.builds(

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from importer.api import create_app
-from importer.console import ASSETS
+from importer.http.app import create_app
+from importer.http.console import ASSETS
 from importer.settings import Settings
 
 
@@ -68,7 +68,7 @@ async def test_the_assets_have_their_content_types(
 def test_the_script_never_writes_html() -> None:
     from importlib import resources
 
-    script = resources.files("importer").joinpath("console", "console.js").read_text()
+    script = resources.files("importer.http").joinpath("static", "console.js").read_text()
     for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
         assert sink not in script
 
@@ -104,4 +104,4 @@ def test_every_asset_is_packaged() -> None:
     from importlib import resources
 
     for name in ASSETS:
-        assert resources.files("importer").joinpath("console", name).is_file()
+        assert resources.files("importer.http").joinpath("static", name).is_file()

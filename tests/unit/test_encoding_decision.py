@@ -14,17 +14,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from importer.models import Reason
-from importer.reader import (
-    CsvReader,
-    JsonlReader,
-    RawRecord,
-    Sniffed,
-    Utf8Evidence,
-    prefers_utf8,
-    sniff,
-    utf8_evidence,
-)
+from importer.core.models import Reason
+from importer.read.csvfile import CsvReader
+from importer.read.jsonl import JsonlReader
+from importer.read.records import RawRecord, Sniffed
+from importer.read.sniff import Utf8Evidence, prefers_utf8, sniff, utf8_evidence
 
 KIB = 1024
 SAMPLE = 64 * KIB  # what the pipeline sniffs

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from importer import failpoints
-from importer.exceptions import ConfigurationError, TransientStoreError
-from importer.failpoints import Action, Failpoint, Failpoints, InjectedFailureError
+from importer.core import failpoints
+from importer.core.errors import ConfigurationError, TransientStoreError
+from importer.core.failpoints import Action, Failpoint, Failpoints, InjectedFailureError
 from importer.settings import Settings
 
 
@@ -106,7 +106,7 @@ def test_configure_arms_and_disarms() -> None:
 def test_crash_exits_at_once_with_137_skipping_finally() -> None:
     program = (
         "import asyncio\n"
-        "from importer import failpoints\n"
+        "from importer.core import failpoints\n"
         "failpoints.configure('after_commit=crash@2')\n"
         "async def main():\n"
         "    try:\n"

@@ -14,14 +14,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from importer import codec
-from importer.exceptions import TransientStoreError
-from importer.fanout import ChunkHandler, FanoutSettings
-from importer.models import Batch, ConflictStrategy, ContactRow, Counters, Job, JobStatus
-from importer.pipeline import ImportRun, PipelineConfig
-from importer.ports import NewJob
-from importer.settings import Limits
-from importer.testing import InMemoryStore
+from importer.core import codec
+from importer.core.config import PipelineConfig
+from importer.core.errors import TransientStoreError
+from importer.core.models import (
+    Batch,
+    ConflictStrategy,
+    ContactRow,
+    Counters,
+    Job,
+    JobStatus,
+    Limits,
+    NewJob,
+)
+from importer.core.reference import InMemoryStore
+from importer.pipeline.fanout import ChunkHandler, FanoutSettings
+from importer.pipeline.run import ImportRun
 from tests.support import cpf
 from tests.unit.test_pipeline_stop import BytesSource
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from importer.exceptions import InvalidRequestError, RequestTooLargeError
-from importer.forms import MAX_FIELD_BYTES, FilePart, boundary_of, read_form
+from importer.core.errors import InvalidRequestError, RequestTooLargeError
+from importer.http.forms import MAX_FIELD_BYTES, FilePart, boundary_of, read_form
 
 BOUNDARY = b"----boundary42"
 

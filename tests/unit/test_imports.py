@@ -10,18 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from importer.auth import Permission, Principal
-from importer.exceptions import InvalidRequestError
-from importer.imports import (
-    can_see,
-    decode_cursor,
-    encode_cursor,
-    job_document,
-    parse_history_query,
-    percent_done,
-)
-from importer.models import ConflictStrategy, Counters, InputFormat, JobStatus
-from importer.options import (
+from importer.core.errors import InvalidRequestError
+from importer.core.models import ConflictStrategy, Counters, InputFormat, JobStatus, JobView
+from importer.core.objects import key_problem
+from importer.core.options import (
     OPTION_FIELDS,
     ImportOptions,
     Problems,
@@ -35,7 +27,9 @@ from importer.options import (
     sanitize_filename,
     tenant_key_problem,
 )
-from importer.ports import JobView, key_problem
+from importer.core.principals import Permission, Principal
+from importer.services.documents import decode_cursor, encode_cursor, job_document, percent_done
+from importer.services.imports import can_see, parse_history_query
 
 NOW = dt.datetime(2026, 7, 1, 12, 0, tzinfo=dt.UTC)
 BASE = {

@@ -10,13 +10,23 @@ import pytest
 from rich.console import Console
 
 from importer.cli import outcome_document, summary_table
-from importer.models import Batch, Counters, Job, JobStatus, JobWarning, Reason, Severity
-from importer.openapi import JobBody
-from importer.pipeline import BlockParser, ImportRun, PipelineConfig
-from importer.service import ImportOutcome
-from importer.settings import Limits
-from importer.testing import InMemoryStore
-from importer.validate import Layout
+from importer.core.config import PipelineConfig
+from importer.core.layout import Layout
+from importer.core.models import (
+    Batch,
+    Counters,
+    Job,
+    JobStatus,
+    JobWarning,
+    Limits,
+    Reason,
+    Severity,
+)
+from importer.core.reference import InMemoryStore
+from importer.http.openapi import JobBody
+from importer.pipeline.run import ImportRun
+from importer.read.blocks import BlockParser
+from importer.services.local import ImportOutcome
 from tests.support import cpf
 from tests.unit.test_imports import NOW, view
 from tests.unit.test_pipeline_stop import BytesSource, StopAfterRows, new_job
@@ -112,7 +122,7 @@ def test_the_status_document_lists_the_warnings() -> None:
 
 
 def job_document_with(*warnings: JobWarning) -> dict[str, object]:
-    from importer.imports import job_document
+    from importer.services.documents import job_document
 
     return job_document(view(warnings=warnings), NOW)
 

@@ -6,19 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from importer import lifecycle
-from importer.exceptions import (
-    IllegalTransitionError,
-    ImportAlreadyAppliedError,
-    JobNotReadyError,
-)
-from importer.models import (
-    TERMINAL_STATUSES,
-    Batch,
-    ConflictStrategy,
-    ContactRow,
-    JobStatus,
-)
+from importer.core import lifecycle
+from importer.core.errors import IllegalTransitionError, ImportAlreadyAppliedError, JobNotReadyError
+from importer.core.models import TERMINAL_STATUSES, Batch, ConflictStrategy, ContactRow, JobStatus
 
 
 @pytest.mark.parametrize("current", list(JobStatus))

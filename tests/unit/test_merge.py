@@ -8,9 +8,9 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from importer import merge
-from importer.models import Channel, ConflictStrategy, ContactRow
-from importer.testing import ContactState, ReferenceModel
+from importer.core import merge
+from importer.core.models import Channel, ConflictStrategy, ContactRow
+from importer.core.reference import ContactState, ReferenceModel
 from tests.strategies import expected_rows, rows
 
 

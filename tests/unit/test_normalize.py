@@ -2,7 +2,7 @@
 
 The check digits here come from a separate, textbook implementation (``cpf_dv``,
 ``cnpj_dv``), and the phone/email references call only the libraries, so the fast paths
-in ``importer.normalize`` are checked against something they do not share code with.
+in ``importer.core.normalize`` are checked against something they do not share code with.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from email_validator.rfc_constants import CASE_INSENSITIVE_MAILBOX_NAMES
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from importer import normalize
-from importer.models import Phone, Reason
-from importer.normalize import normalize_cpf_cnpj, normalize_email, normalize_phone
+from importer.core import normalize
+from importer.core.models import Phone, Reason
+from importer.core.normalize import normalize_cpf_cnpj, normalize_email, normalize_phone
 
 # --------------------------------------------------------------------------------------
 # Independent check-digit implementations (Receita Federal's published algorithms)

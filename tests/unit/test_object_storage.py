@@ -8,15 +8,15 @@ from collections.abc import AsyncIterator
 import pytest
 from botocore.exceptions import ClientError
 
-from importer.adapters.s3 import PartCutter, full_blocks, storage_error
-from importer.exceptions import (
+from importer.adapters.storage.s3 import PartCutter, full_blocks, storage_error
+from importer.core.errors import (
     ChecksumMismatchError,
     InvalidObjectKeyError,
     ObjectNotFoundError,
     ObjectTooLargeError,
     StorageError,
 )
-from importer.ports import MAX_KEY_BYTES, StoredObject, check_key, check_sealed, key_problem
+from importer.core.objects import MAX_KEY_BYTES, StoredObject, check_key, check_sealed, key_problem
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from importer import openapi
-from importer.options import OPTION_FIELDS, REQUIRED_OPTIONS
+from importer.core.options import OPTION_FIELDS, REQUIRED_OPTIONS
+from importer.http import openapi
 
 
 def test_documented_options_are_the_validated_ones() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from importer import failpoints
+from importer.core import failpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 _TABLE_VARIABLE = re.compile(r"^\| `([A-Z][A-Z0-9_]+)`", re.MULTILINE)

@@ -10,13 +10,13 @@ from collections.abc import AsyncIterator
 import structlog
 from prometheus_client import generate_latest
 
-from importer.exceptions import ContentRefusedError, StoreError, TransientStoreError
+from importer.core.config import PipelineConfig
+from importer.core.errors import ContentRefusedError, StoreError, TransientStoreError
+from importer.core.models import Batch, Counters, Job, JobStatus, Limits, NewJob
+from importer.core.reference import InMemoryStore
 from importer.metrics import ApiMetrics, PipelineMetrics
-from importer.models import Batch, Counters, Job, JobStatus
-from importer.pipeline import ImportRun, PipelineConfig
-from importer.ports import NewJob, NullObserver, PipelineObserver
-from importer.settings import Limits
-from importer.testing import InMemoryStore
+from importer.pipeline.run import ImportRun
+from importer.ports import NullObserver, PipelineObserver
 from tests.support import cpf
 
 CONFIG = PipelineConfig(limits=Limits(), read_block_bytes=256)

@@ -10,11 +10,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from importer.models import Counters, JobStatus
-from importer.pipeline import ImportRun, PipelineConfig
-from importer.ports import NewJob
-from importer.settings import Limits
-from importer.testing import InMemoryStore
+from importer.core.config import PipelineConfig
+from importer.core.models import Counters, JobStatus, Limits, NewJob
+from importer.core.reference import InMemoryStore
+from importer.pipeline.run import ImportRun
 from tests.support import cpf
 
 ROWS = 600

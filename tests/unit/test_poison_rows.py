@@ -13,23 +13,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from importer import lifecycle
-from importer.exceptions import ContentRefusedError, StoreError, TransientStoreError
-from importer.models import (
+from importer.core import lifecycle
+from importer.core.config import PipelineConfig
+from importer.core.errors import ContentRefusedError, StoreError, TransientStoreError
+from importer.core.models import (
     Batch,
     ConflictStrategy,
     ContactRow,
     Counters,
     Job,
     JobStatus,
+    Limits,
+    NewJob,
     Reason,
     RowIssue,
     Severity,
 )
-from importer.pipeline import ImportRun, PipelineConfig
-from importer.ports import NewJob
-from importer.settings import Limits
-from importer.testing import InMemoryStore, ReferenceModel
+from importer.core.reference import InMemoryStore, ReferenceModel
+from importer.pipeline.run import ImportRun
 from tests.support import cpf
 
 CONFIG = PipelineConfig(limits=Limits(), read_block_bytes=256)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from importer.priority import PriorityMiddleware, RequestPriority, holds_turn
+from importer.http.priority import PriorityMiddleware, RequestPriority, holds_turn
 
 
 async def test_the_turn_is_free_when_no_request_is_in_flight() -> None:

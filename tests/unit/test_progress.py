@@ -7,7 +7,7 @@ import datetime as dt
 from hypothesis import given
 from hypothesis import strategies as st
 
-from importer.progress import (
+from importer.core.progress import (
     RATE_WINDOW_S,
     Phase,
     RateWindow,

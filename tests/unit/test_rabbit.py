@@ -10,7 +10,7 @@ import aio_pika
 import orjson
 import pytest
 
-from importer.adapters.rabbit import (
+from importer.adapters.rabbit.broker import (
     ATTEMPTS_HEADER,
     FIRST_DEATH_HEADERS,
     Topology,
@@ -19,8 +19,8 @@ from importer.adapters.rabbit import (
     redeliveries_of,
     republish_headers,
 )
-from importer.exceptions import ConfigurationError
-from importer.relay import BACKOFF_MAX_S, backoff_s
+from importer.core.errors import ConfigurationError
+from importer.services.relay import BACKOFF_MAX_S, backoff_s
 from importer.settings import Settings
 
 MAIN = "contact-import/insert"

@@ -20,19 +20,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from importer.exceptions import FileRejectedError
-from importer.models import Reason
-from importer.reader import (
-    RAW_CHARS,
-    CsvReader,
-    FileRejected,
-    GzipInflater,
-    JsonlReader,
-    JsonRecord,
-    RawRecord,
-    Sniffed,
-    sniff,
-)
+from importer.core.errors import FileRejectedError
+from importer.core.models import Reason
+from importer.read.csvfile import CsvReader
+from importer.read.inflate import GzipInflater
+from importer.read.jsonl import JsonlReader
+from importer.read.records import RAW_CHARS, FileRejected, JsonRecord, RawRecord, Sniffed
+from importer.read.sniff import sniff
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "csv"
 CASES = sorted((FIXTURES / "spectrum").glob("*.json")) + sorted((FIXTURES / "cases").glob("*.json"))
@@ -766,7 +760,8 @@ def test_gzip_multi_member_file_past_the_threshold_with_a_normal_ratio() -> None
 
 
 def test_gzip_ratio_is_a_setting() -> None:
-    from importer.settings import Limits, Settings
+    from importer.core.models import Limits
+    from importer.settings import Settings
 
     assert Limits().max_gzip_ratio == 200
     assert Settings.from_environ({"IMPORTER_MAX_GZIP_RATIO": "50"}).limits.max_gzip_ratio == 50
@@ -775,9 +770,9 @@ def test_gzip_ratio_is_a_setting() -> None:
 def test_the_pipeline_holds_gzip_to_the_ratio_setting() -> None:
     import uuid
 
-    from importer.models import ConflictStrategy, InputFormat, Job, JobStatus
-    from importer.pipeline import BlockParser, PipelineConfig
-    from importer.settings import Limits
+    from importer.core.config import PipelineConfig
+    from importer.core.models import ConflictStrategy, InputFormat, Job, JobStatus, Limits
+    from importer.read.blocks import BlockParser
 
     job = Job(uuid.uuid4(), 1, JobStatus.IMPORTING, ConflictStrategy.MERGE, "f.csv.gz",
               InputFormat.CSV, 1000, 1)  # fmt: skip

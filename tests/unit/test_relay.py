@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from importer.exceptions import BrokerError, TransientStoreError
-from importer.ports import MessagePublisher, OutboxMessage
-from importer.relay import OutboxRelay
+from importer.core.errors import BrokerError, TransientStoreError
+from importer.core.models import OutboxMessage
+from importer.ports import MessagePublisher
+from importer.services.relay import OutboxRelay
 
 pytestmark = pytest.mark.timeout(30)
 

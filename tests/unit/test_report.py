@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from importer.models import Reason, RowIssue, Severity
-from importer.report import neutralize, write_csv_report
+from importer.core.models import Reason, RowIssue, Severity
+from importer.core.report import neutralize, write_csv_report
 
 
 @pytest.mark.parametrize("cell", ["=1+1", "+1", "-1", "@SUM(A1)", "\tx", "\rx", "\x00x"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from importer.exceptions import ConfigurationError
+from importer.core.errors import ConfigurationError
 from importer.settings import DEFAULT_DATABASE_URL, Settings
 
 

@@ -12,9 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from importer.exceptions import InvalidRequestError
-from importer.imports import parse_history_query
-from importer.options import (
+from importer.core.errors import InvalidRequestError
+from importer.core.options import (
     MAX_JSON_DEPTH,
     NUL_MESSAGE,
     Problems,
@@ -25,6 +24,7 @@ from importer.options import (
     parse_tags,
     parse_text,
 )
+from importer.services.imports import parse_history_query
 
 LGPD = {
     "conflict_strategy": "merge",

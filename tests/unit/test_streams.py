@@ -13,18 +13,18 @@ from collections.abc import AsyncIterator, Iterable
 import orjson
 import pytest
 
-from importer import streams
-from importer.auth import Permission, Principal
-from importer.models import (
+from importer.core.models import (
     ConflictStrategy,
     Counters,
     InputFormat,
     JobStatus,
+    JobView,
     Reason,
     RowIssue,
     Severity,
 )
-from importer.ports import JobView
+from importer.core.principals import Permission, Principal
+from importer.http import streams
 
 NOW = dt.datetime(2026, 7, 1, tzinfo=dt.UTC)
 PRINCIPAL = Principal("ana", 1, frozenset({Permission.CONTACT_IMPORT_CREATE}))

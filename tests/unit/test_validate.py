@@ -11,28 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.generate import generate
-from importer import validate
-from importer.exceptions import FileRejectedError, LayoutError
-from importer.models import (
-    Attribute,
-    Channel,
-    ContactRow,
-    Detail,
-    Reason,
-    RowIssue,
-    Severity,
-)
-from importer.normalize import (
-    normalize_cpf_cnpj,
-    normalize_email,
-    normalize_phone,
-    normalize_phone_parts,
-)
-from importer.reader import CsvReader, sniff
-from importer.validate import (
+from importer.core import rows
+from importer.core.errors import FileRejectedError, LayoutError
+from importer.core.layout import (
     Layout,
     LayoutColumn,
-    RowBuilder,
     RowPlan,
     Target,
     header_key,
@@ -41,6 +24,16 @@ from importer.validate import (
     plan_for_keys,
     plan_for_positions,
 )
+from importer.core.models import Attribute, Channel, ContactRow, Detail, Reason, RowIssue, Severity
+from importer.core.normalize import (
+    normalize_cpf_cnpj,
+    normalize_email,
+    normalize_phone,
+    normalize_phone_parts,
+)
+from importer.core.rows import RowBuilder
+from importer.read.csvfile import CsvReader
+from importer.read.sniff import sniff
 from tests.support import bad_cpf, cpf
 
 KEY = cpf(42)
@@ -224,7 +217,7 @@ def test_whatsapp_equal_to_the_phone_is_parsed_once(monkeypatch: pytest.MonkeyPa
         calls.append(raw)
         return normalize_phone_parts(raw, international=international)
 
-    monkeypatch.setattr(validate, "normalize_phone_parts", counting)
+    monkeypatch.setattr(rows, "normalize_phone_parts", counting)
     plan = plan_for_header(["cpf", "celular", "whatsapp", "telefone"], None, 64)
     builder = RowBuilder(plan, international=False, max_value_chars=100)
     row, issues = builder.build(2, [KEY, "(11) 91234-5678", " (11) 91234-5678 ", "21 3456 7890"])
@@ -283,10 +276,10 @@ def test_a_short_jsonl_record_lacks_its_last_values() -> None:
 
 
 def test_fast_constructors_make_the_same_objects() -> None:
-    detail = validate._detail(Channel.PHONE, "+5511912345678", 55, "BR")
+    detail = rows._detail(Channel.PHONE, "+5511912345678", 55, "BR")
     assert detail == Detail(Channel.PHONE, "+5511912345678", 55, "BR")
-    assert validate._detail(Channel.EMAIL, "a@b.com") == Detail(Channel.EMAIL, "a@b.com")
-    row = validate._contact_row(3, KEY, "Ana", None, (detail,), (("plano", "p"),))
+    assert rows._detail(Channel.EMAIL, "a@b.com") == Detail(Channel.EMAIL, "a@b.com")
+    row = rows._contact_row(3, KEY, "Ana", None, (detail,), (("plano", "p"),))
     assert row == ContactRow(3, KEY, "Ana", None, (detail,), (("plano", "p"),))
     assert type(row) is ContactRow
     assert repr(row) == repr(ContactRow(3, KEY, "Ana", None, (detail,), (("plano", "p"),)))
@@ -304,7 +297,7 @@ def test_fast_constructors_refuse_a_changed_model() -> None:
         extra: str | None = None
 
     with pytest.raises(RuntimeError):
-        validate._slot_setters(Wider, ("channel", "value", "country_code", "country"))
+        rows._slot_setters(Wider, ("channel", "value", "country_code", "country"))
 
 
 # --------------------------------------------------------------------------------------

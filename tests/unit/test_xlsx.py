@@ -14,13 +14,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from importer.exceptions import FileRejectedError
-from importer.models import Batch, Checkpoint, ConflictStrategy, InputFormat, Job, JobStatus, Reason
-from importer.pipeline import BlockParser, PipelineConfig
-from importer.reader import RawRecord
-from importer.settings import Limits
-from importer.validate import parse_layout
-from importer.xlsx import MAX_RATIO, SheetReader, cell_text, check_members, row_fields
+from importer.core.config import PipelineConfig
+from importer.core.errors import FileRejectedError
+from importer.core.layout import parse_layout
+from importer.core.models import (
+    Batch,
+    Checkpoint,
+    ConflictStrategy,
+    InputFormat,
+    Job,
+    JobStatus,
+    Limits,
+    Reason,
+)
+from importer.read.blocks import BlockParser
+from importer.read.records import RawRecord
+from importer.read.xlsx import MAX_RATIO, SheetReader, cell_text, check_members, row_fields
 from tests import xlsx_support as xs
 
 EXACT = 2**53

@@ -1,0 +1,1 @@
+"""PostgreSQL (asyncpg): the pool, the migration, and one class per port."""

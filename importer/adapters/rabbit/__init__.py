@@ -1,0 +1,1 @@
+"""RabbitMQ (aio-pika): the topology and connection (``broker``), chunk messages, dead letters."""

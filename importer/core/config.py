@@ -1,0 +1,23 @@
+"""The configuration of one run of the pipeline (limits, layout, block size, queues, retries)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from importer.core.layout import Layout
+from importer.core.models import (
+    Limits,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineConfig:
+    limits: Limits
+    layout: Layout | None = None
+    international: bool = False
+    read_block_bytes: int = 256 * 1024
+    queue_depth: int = 2
+    max_batch_attempts: int = 4
+    # Multi-instance imports: chunks published ahead of the slowest lane (bounds the broker).
+    publish_window: int = 8
+    lane_poll_s: float = 0.05  # how often the coordinator looks at its lanes while it waits

@@ -1,0 +1,309 @@
+"""The reference model of the import semantics, and an in-memory Store built on it.
+
+:class:`ReferenceModel` applies valid rows one at a time in file order, straight from SPEC
+"Conflict strategies"; it is deliberately naive so it can be read as the specification. Tests
+compare the PostgreSQL result with it; the benchmark uses it to compute the final rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from importer.core import lifecycle
+from importer.core.errors import (
+    IllegalTransitionError,
+    JobNotFoundError,
+    LaneNotReadyError,
+    LaneSplitError,
+)
+from importer.core.models import (
+    Batch,
+    Channel,
+    Checkpoint,
+    ConflictStrategy,
+    ContactRow,
+    Counters,
+    Finalized,
+    InputFormat,
+    Job,
+    JobStatus,
+    JobWarning,
+    NewJob,
+    Reason,
+    RowIssue,
+    Severity,
+)
+
+
+@dataclass(slots=True)
+class ContactState:
+    """One contact as the reference model holds it."""
+
+    name: str | None
+    street_address: str | None
+    details: set[tuple[Channel, str]] = field(default_factory=set)
+    custom_fields: dict[str, str] = field(default_factory=dict)  # lower(field name) → value
+
+
+@dataclass(slots=True)
+class ReferenceModel:
+    """Contacts by (client_id, key); ``apply`` is the semantics of one import, row by row."""
+
+    contacts: dict[tuple[int, str], ContactState] = field(default_factory=dict)
+
+    def apply(
+        self, client_id: int, rows: Iterable[ContactRow], strategy: ConflictStrategy
+    ) -> Counters:
+        """Apply valid rows in file order; return inserted/updated/ignored (rows_read = rows)."""
+        counters = Counters()
+        for row in rows:
+            counters.rows_read += 1
+            key = (client_id, row.cpf_cnpj)
+            existing = self.contacts.get(key)
+            if existing is None:
+                self.contacts[key] = _new_contact(row)
+                counters.inserted += 1
+            elif strategy is ConflictStrategy.MERGE:
+                _merge_into(existing, row)
+                counters.updated += 1
+            else:
+                counters.ignored += 1
+        return counters
+
+    def client_state(self, client_id: int) -> dict[str, ContactState]:
+        return {key: state for (client, key), state in self.contacts.items() if client == client_id}
+
+
+def _new_contact(row: ContactRow) -> ContactState:
+    state = ContactState(row.name, row.street_address)
+    _merge_into(state, replace(row, name=None, street_address=None))
+    return state
+
+
+def _merge_into(state: ContactState, row: ContactRow) -> None:
+    """MERGE one row: a non-empty value wins, an empty one never erases; channels are a union."""
+    if row.name is not None:
+        state.name = row.name
+    if row.street_address is not None:
+        state.street_address = row.street_address
+    state.details.update((d.channel, d.value) for d in row.details)
+    for name, value in row.custom_fields:
+        state.custom_fields[name.lower()] = value
+
+
+class InMemoryStore:
+    """A :class:`importer.ports.Store` kept in memory, applying batches with the reference model.
+
+    Used to test the pipeline without a database: whatever order batches arrive in per
+    partition, the result must equal the reference model applied to the whole file.
+    """
+
+    def __init__(self) -> None:
+        self.model = ReferenceModel()
+        self.jobs: dict[uuid.UUID, Job] = {}
+        self.ledger: dict[uuid.UUID, dict[tuple[int, int, int], Counters]] = {}
+        # Whole batches' reader positions: (chunk_no, partition) → (end_offset, end_line).
+        self.positions: dict[uuid.UUID, dict[tuple[int, int], tuple[int, int]]] = {}
+        self.lanes: dict[tuple[uuid.UUID, int], int] = {}  # (job, partition) → next chunk
+        self.lane_splits: dict[tuple[uuid.UUID, int], int] = {}  # → chunk going in by pieces
+        self.turns: dict[int, asyncio.Lock] = {}  # client → its import turn
+        self.issues: dict[uuid.UUID, list[RowIssue]] = {}
+        self.custom_fields: dict[tuple[int, str], str] = {}
+        self.created_fields: dict[uuid.UUID, int] = {}
+        self.finalized: dict[uuid.UUID, Finalized] = {}
+        self.read_to_end: set[uuid.UUID] = set()  # jobs whose reader reached the file's end
+
+    async def create_job(self, new_job: NewJob, status: JobStatus) -> Job:
+        job = Job(
+            new_job.id,
+            new_job.client_id,
+            status,
+            ConflictStrategy(new_job.strategy),
+            new_job.source,
+            InputFormat(new_job.input_format),
+            new_job.chunk_size,
+            new_job.partitions,
+            new_job.user_id,
+        )
+        self.jobs[job.id] = job
+        self.ledger[job.id], self.issues[job.id] = {}, []
+        return job
+
+    async def get_job(self, job_id: uuid.UUID) -> Job:
+        if job_id not in self.jobs:
+            raise JobNotFoundError()
+        return self.jobs[job_id]
+
+    async def transition(
+        self,
+        job_id: uuid.UUID,
+        target: JobStatus,
+        *,
+        owner: str | None = None,  # noqa: ARG002 (one process: no leases to fence)
+    ) -> None:
+        job = await self.get_job(job_id)
+        if not lifecycle.can_transition(job.status, target):
+            raise IllegalTransitionError(f"{job.status.value} → {target.value}")
+        self.jobs[job_id] = replace(job, status=target)
+
+    async def mark_read_to_end(
+        self,
+        job_id: uuid.UUID,
+        *,
+        owner: str | None = None,  # noqa: ARG002 (one process: no leases to fence)
+    ) -> None:
+        self.read_to_end.add(job_id)
+
+    async def ensure_custom_fields(self, job: Job, names: Sequence[str]) -> int:
+        created = 0
+        for name in names:
+            if (job.client_id, name.lower()) not in self.custom_fields:
+                self.custom_fields[(job.client_id, name.lower())] = name
+                created += 1
+        self.created_fields[job.id] = self.created_fields.get(job.id, 0) + created
+        return created
+
+    async def done_batches(self, job_id: uuid.UUID) -> frozenset[tuple[int, int, int]]:
+        return frozenset(self.ledger[job_id])
+
+    async def checkpoint(self, job_id: uuid.UUID, partitions: int) -> Checkpoint | None:
+        return lifecycle.checkpoint(self.positions.get(job_id, {}), partitions)
+
+    def _in_lane(self, job: Job, batch: Batch) -> bool:
+        """PostgresStore._in_lane, in memory."""
+        key = (job.id, batch.partition)
+        position = self.lanes.get(key)
+        if position is None:
+            raise LaneNotReadyError(f"import {job.id} has no lane {batch.partition}", None)
+        if position == batch.chunk_no:
+            if batch.part != 1:
+                self.lane_splits[key] = position
+                return True
+            if self.lane_splits.get(key) != position:
+                self.lanes[key] = position + 1
+                return True
+            parts = {part for (c, p, part) in self.ledger[job.id] if (c, p) == batch.key[:2]}
+            raise LaneSplitError(f"chunk {batch.chunk_no} goes in by pieces", frozenset(parts))
+        if position > batch.chunk_no:
+            return False
+        raise LaneNotReadyError(f"lane {batch.partition} is at chunk {position}", position)
+
+    @contextlib.asynccontextmanager
+    async def client_turn(self, client_id: int, stop: asyncio.Event) -> AsyncIterator[bool]:
+        """PostgresStore.client_turn, in memory (one event loop)."""
+        lock = self.turns.setdefault(client_id, asyncio.Lock())
+        waiter = asyncio.ensure_future(lock.acquire())
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({waiter, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not waiter.done() or waiter.cancelled():
+            waiter.cancel()
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lock.release()
+
+    async def open_lanes(self, job_id: uuid.UUID, partitions: int) -> None:
+        for partition in range(partitions):
+            if (job_id, partition) not in self.lanes:
+                done = {c for (c, p, part) in self.ledger[job_id] if p == partition and part == 1}
+                chunk_no = 0
+                while chunk_no in done:
+                    chunk_no += 1
+                self.lanes[(job_id, partition)] = chunk_no
+
+    async def advance_lane(self, job: Job, batch: Batch) -> bool:
+        key = (job.id, batch.partition)
+        if self.lanes.get(key) != batch.chunk_no:
+            return False
+        self.lanes[key] = batch.chunk_no + 1
+        return True
+
+    async def lanes_behind(self, job_id: uuid.UUID) -> int | None:
+        positions = [n for (j, _), n in self.lanes.items() if j == job_id]
+        return min(positions) if positions else None
+
+    def _position(self, job_id: uuid.UUID, batch: Batch) -> None:
+        if batch.part == 1:
+            positions = self.positions.setdefault(job_id, {})
+            positions[(batch.chunk_no, batch.partition)] = (batch.end_offset, batch.end_line)
+
+    async def apply_batch(self, job: Job, batch: Batch, *, lane: bool = False) -> Counters | None:
+        if batch.key in self.ledger[job.id]:
+            return None
+        if lane and not self._in_lane(job, batch):
+            return None
+        applied = self.model.apply(job.client_id, batch.rows, job.strategy)
+        counters = Counters(
+            rows_read=batch.rows_read,
+            inserted=applied.inserted,
+            updated=applied.updated,
+            ignored=applied.ignored,
+            invalid=batch.invalid,
+        )
+        self.ledger[job.id][batch.key] = counters
+        self._position(job.id, batch)
+        self.issues[job.id].extend(batch.issues)
+        return counters
+
+    async def discard_batch(
+        self,
+        job: Job,
+        batch: Batch,
+        attempts: int,  # noqa: ARG002 (the port's signature)
+        error: str,
+        *,
+        reason: Reason = Reason.CHUNK_DISCARDED,
+        lane: bool = False,
+    ) -> None:
+        if batch.key in self.ledger[job.id]:
+            return
+        if lane and not self._in_lane(job, batch):
+            return
+        self.ledger[job.id][batch.key] = lifecycle.discarded_counters(batch)
+        self._position(job.id, batch)
+        lost = (RowIssue(r.line, None, reason, error[:1024], Severity.ERROR) for r in batch.rows)
+        self.issues[job.id].extend((*batch.issues, *lost))
+
+    async def given_up_error(self, job_id: uuid.UUID, batch: Batch) -> str | None:
+        lines = {r.line for r in batch.rows}
+        for issue in self.issues[job_id]:
+            if issue.reason is Reason.CHUNK_DISCARDED and issue.line in lines:
+                return issue.value or ""
+        return None
+
+    async def finalize(
+        self,
+        job_id: uuid.UUID,
+        fail_reason: str | None,
+        *,
+        cancelled: bool = False,
+        owner: str | None = None,  # noqa: ARG002 (one process: no leases to fence)
+    ) -> Finalized | None:
+        job = await self.get_job(job_id)
+        target = lifecycle.final_status(fail_reason, cancelled)
+        if job_id in self.finalized or not lifecycle.can_transition(job.status, target):
+            return None
+        if target is JobStatus.COMPLETED and self.created_fields.get(job_id):
+            target = JobStatus.COMPLETED_WITH_PLACEHOLDERS
+        totals = lifecycle.sum_counters(self.ledger[job_id].values())
+        self.jobs[job_id] = replace(job, status=target, fail_reason=fail_reason, counters=totals)
+        self.finalized[job_id] = Finalized(target, totals)
+        return self.finalized[job_id]
+
+    async def add_warning(self, job_id: uuid.UUID, warning: JobWarning) -> None:
+        job = await self.get_job(job_id)
+        if all(w.code is not warning.code for w in job.warnings):
+            self.jobs[job_id] = replace(job, warnings=(*job.warnings, warning))
+
+    async def row_issues(self, job_id: uuid.UUID) -> AsyncIterator[RowIssue]:
+        for warning in self.jobs[job_id].warnings:
+            yield warning.as_issue()
+        for issue in sorted(self.issues[job_id], key=lambda i: i.line):
+            yield issue
