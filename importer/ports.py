@@ -7,6 +7,7 @@ import contextlib
 import datetime as dt
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from importer.core.accelerator import RateDecision
@@ -349,6 +350,11 @@ class ObjectStore(Protocol):
         ...
 
 
+# An object store over one local directory (the command line's files, read by path): the
+# services take it from the edge, which passes the adapter's class.
+LocalFiles = Callable[[Path], ObjectStore]
+
+
 class Outbox(Protocol):
     """The outbox table as the relay sees it."""
 
@@ -447,3 +453,46 @@ class CatalogStore(Protocol):
     ) -> StoredLayout: ...
 
     async def delete_layout(self, client_id: int, layout_id: int) -> None: ...
+
+
+class Delivery(Protocol):
+    """One delivery of a chunk message; exactly one of the four endings is called."""
+
+    @property
+    def body(self) -> bytes: ...
+
+    @property
+    def attempts(self) -> int:
+        """Failed deliveries before this one (``x-death`` and the carried attempt header)."""
+        ...
+
+    async def ack(self) -> None: ...
+
+    async def retry(self) -> None:
+        """Reject into the retry queue: back after its TTL, one more attempt counted."""
+        ...
+
+    @property
+    def deferrals(self) -> int:
+        """Times this message was deferred for its lane before."""
+        ...
+
+    async def defer(self) -> None:
+        """Out of the way for the lane wait, attempts unchanged (re-published, then acked)."""
+        ...
+
+    async def dead_letter(self, error: str) -> None:
+        """To the dead-letter queue with ``error`` (confirmed), then acked."""
+        ...
+
+
+class BatchPublisher(Protocol):
+    """The coordinator's side: publishes a batch of a job for any instance to apply."""
+
+    async def publish(self, job: Job, batch: Batch) -> None: ...
+
+
+class DeliveryHandler(Protocol):
+    """What a chunk delivery is handed to (:class:`~importer.pipeline.fanout.ChunkHandler`)."""
+
+    async def handle(self, delivery: Delivery) -> None: ...

@@ -23,9 +23,10 @@ from importer.core.models import Job
 from importer.core.objects import StoredObject
 from importer.core.report import write_csv_report
 from importer.core.unreachable import HINTS, mask_url
-from importer.pipeline.fanout import BatchPublisher, ChunkHandler, FanoutSettings
+from importer.pipeline.fanout import ChunkHandler, FanoutSettings
 from importer.pipeline.observers import HintingObserver
 from importer.ports import (
+    BatchPublisher,
     DeadLetterQueue,
     MessagePublisher,
     ObjectStore,
@@ -52,6 +53,7 @@ from importer.services.worker import Worker
 from importer.settings import Settings
 
 if TYPE_CHECKING:
+    from importer.adapters.rabbit.broker import Topology
     from importer.adapters.redis import RedisAccelerator
 
 log = structlog.get_logger(__name__)
@@ -117,7 +119,7 @@ async def open_cli_source(settings: Settings, location: Path | S3Location) -> Op
     ``checksum_mismatch``), as the workers do. An s3:// URL without S3 is refused.
     """
     if not isinstance(location, S3Location):
-        local = await seal_local_file(location)
+        local = await seal_local_file(location, LocalObjectStore)
         return local.source, local.sealed, local.path
     objects = s3_store(settings, location)
     stored, pinned = await objects.seal(location.key)
@@ -222,7 +224,13 @@ async def run_resume(
         store = PostgresStore(pool)
         async with interrupt_on_signals(interrupt) as stop:
             outcome = await resume_job(
-                store, lambda job: resume_store(settings, job), job_id, settings, progress, stop
+                store,
+                lambda job: resume_store(settings, job),
+                job_id,
+                settings,
+                progress,
+                stop,
+                local_files=LocalObjectStore,
             )
         await _write_report(store, outcome, errors_out)
         return outcome
@@ -271,6 +279,7 @@ async def run_workers(settings: Settings, count: int) -> None:
                         stop=stop,
                         observer=observer,
                         publisher=fanout,
+                        local_files=LocalObjectStore,
                     )
                     for i in range(count)
                 ]
@@ -318,11 +327,10 @@ async def fanout_running(
         yield None
         return
     # Imported here: aio-pika is loaded only by processes that use a broker.
-    from importer.adapters.rabbit import broker
     from importer.adapters.rabbit.chunks import Fanout
 
     handler = ChunkHandler(store, FanoutSettings(max_retries=settings.max_retries), observer)
-    topology = broker.Topology.from_settings(settings)
+    topology = broker_topology(settings)
     fanout = Fanout(url, topology, handler, prefetch=settings.concurrency, name="importer-chunks")
     await fanout.open()
     stop = asyncio.Event()
@@ -392,6 +400,17 @@ def fanout_connections(settings: Settings) -> int:
     return 0 if settings.rabbitmq_url is None else settings.concurrency
 
 
+def broker_topology(settings: Settings) -> Topology:
+    """The queues of this deployment: their prefix, retry delay and lane wait from settings."""
+    from importer.adapters.rabbit.broker import Topology
+
+    return Topology.named(
+        settings.queue_prefix,
+        retry_delay_ms=settings.retry_delay_ms,
+        lane_wait_ms=settings.lane_wait_ms,
+    )
+
+
 def outbox_relay(settings: Settings, pool: asyncpg.Pool) -> OutboxRelay | None:
     """The outbox relay on ``pool`` when a broker is configured (``RABBITMQ_URL``), else None.
 
@@ -404,7 +423,7 @@ def outbox_relay(settings: Settings, pool: asyncpg.Pool) -> OutboxRelay | None:
     # Imported here: aio-pika is loaded only by processes that use a broker.
     from importer.adapters.rabbit import broker
 
-    topology = broker.Topology.from_settings(settings)
+    topology = broker_topology(settings)
 
     async def open_publisher() -> MessagePublisher:
         return await broker.open_publisher(url, topology, name="importer-outbox-relay")
@@ -419,10 +438,9 @@ def dead_letter_queue(settings: Settings) -> DeadLetterQueue | None:
     if url is None:
         return None
     # Imported here: aio-pika is loaded only by processes that use a broker.
-    from importer.adapters.rabbit import broker
     from importer.adapters.rabbit.deadletters import AmqpDeadLetters
 
-    return AmqpDeadLetters(url, broker.Topology.from_settings(settings))
+    return AmqpDeadLetters(url, broker_topology(settings))
 
 
 @contextlib.asynccontextmanager

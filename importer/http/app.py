@@ -29,6 +29,7 @@ from starlette.requests import ClientDisconnect
 from importer import wiring
 from importer.adapters.postgres.catalog import CatalogStore
 from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.storage.local import LocalObjectStore
 from importer.core.errors import (
     AuthenticationError,
     BrokerError,
@@ -248,6 +249,7 @@ async def open_resources(
                     throttle=app.state.priority,
                     observer=observer,
                     publisher=fanout,
+                    local_files=LocalObjectStore,
                 )
 
             workers = WorkerGroup(make_worker, settings.workers_per_process, on_fatal, metrics)

@@ -33,7 +33,6 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 import structlog
 
@@ -47,53 +46,23 @@ from importer.core.errors import (
 )
 from importer.core.models import TERMINAL_STATUSES, Batch, Job
 from importer.pipeline.applier import BatchApplier
-from importer.ports import NullObserver, PipelineObserver, Store
+from importer.ports import Delivery, NullObserver, PipelineObserver, Store
 
 log = structlog.get_logger(__name__)
 
+
 # Deliveries of a batch before it is given up: the first and three retries (SPEC).
 DEFAULT_MAX_RETRIES = 3
+
+
 # How long a first delivery waits in its slot for its lane before it is deferred.
 DEFAULT_LANE_WAIT_S = 0.5
+
+
 _LANE_POLL_S = (0.005, 0.01, 0.02, 0.05, 0.1)
+
+
 _JOB_CACHE = 256
-
-
-class Delivery(Protocol):
-    """One delivery of a chunk message; exactly one of the four endings is called."""
-
-    @property
-    def body(self) -> bytes: ...
-
-    @property
-    def attempts(self) -> int:
-        """Failed deliveries before this one (``x-death`` and the carried attempt header)."""
-        ...
-
-    async def ack(self) -> None: ...
-
-    async def retry(self) -> None:
-        """Reject into the retry queue: back after its TTL, one more attempt counted."""
-        ...
-
-    @property
-    def deferrals(self) -> int:
-        """Times this message was deferred for its lane before."""
-        ...
-
-    async def defer(self) -> None:
-        """Out of the way for the lane wait, attempts unchanged (re-published, then acked)."""
-        ...
-
-    async def dead_letter(self, error: str) -> None:
-        """To the dead-letter queue with ``error`` (confirmed), then acked."""
-        ...
-
-
-class BatchPublisher(Protocol):
-    """The coordinator's side: publishes a batch of a job for any instance to apply."""
-
-    async def publish(self, job: Job, batch: Batch) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,8 +29,15 @@ from importer.core.models import (
     Reason,
 )
 from importer.pipeline.applier import BatchApplier
-from importer.pipeline.fanout import BatchPublisher
-from importer.ports import NullObserver, PipelineObserver, Progress, Source, Store, Throttle
+from importer.ports import (
+    BatchPublisher,
+    NullObserver,
+    PipelineObserver,
+    Progress,
+    Source,
+    Store,
+    Throttle,
+)
 from importer.read.blocks import BlockParser
 from importer.read.chunker import Chunker
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import structlog
 
-from importer.adapters.storage.local import LocalObjectStore
 from importer.core.config import PipelineConfig
 from importer.core.errors import (
     ChecksumMismatchError,
@@ -37,7 +36,7 @@ from importer.core.models import (
 )
 from importer.core.objects import StoredObject, key_problem
 from importer.pipeline.run import ImportRun
-from importer.ports import JobQueue, ObjectStore, Progress, Source
+from importer.ports import JobQueue, LocalFiles, ObjectStore, Progress, Source
 from importer.services.leases import JobRun, end_run, lease_held, process_owner
 from importer.services.runs import (
     ObjectSource,
@@ -129,12 +128,12 @@ class LocalFile:
     source: ObjectSource
 
 
-async def seal_local_file(path: Path) -> LocalFile:
+async def seal_local_file(path: Path, local_files: LocalFiles) -> LocalFile:
     """Hash ``path`` (absolute: a later chdir must not move it) once: what to seal on its job,
     and its pinned source."""
     if not path.is_absolute():
         raise ValueError(f"not an absolute path: {path}")
-    objects = LocalObjectStore(path.parent)
+    objects = local_files(path.parent)
     try:
         sealed, token = await objects.seal(path.name)
     except ObjectNotFoundError as exc:
@@ -199,6 +198,8 @@ async def resume_job(
     settings: Settings,
     progress: Progress | None = None,
     stop: asyncio.Event | None = None,
+    *,
+    local_files: LocalFiles,
 ) -> ImportOutcome:
     """``importer job resume``: run a cancelled, failed or abandoned job on in this process,
     from its checkpoint, to its end (or to the next interruption, as :func:`import_source`).
@@ -210,7 +211,7 @@ async def resume_job(
     """
     started = time.perf_counter()
     job = await store.get_job(job_id)
-    source = await _resume_source(job, objects_for(job))
+    source = await _resume_source(job, objects_for(job), local_files)
     config = job_config(settings, job)
     owner = process_owner("cli")
     job = await store.take_over_job(job_id, owner, settings.lease_seconds, f"resume:{owner}")
@@ -218,12 +219,12 @@ async def resume_job(
     return await run_here(store, job, source, config, settings, progress, stop, started)
 
 
-async def _resume_source(job: Job, objects: ObjectStore) -> ObjectSource:
+async def _resume_source(job: Job, objects: ObjectStore, local_files: LocalFiles) -> ObjectSource:
     """The job's file as sealed, or a refusal saying what differs."""
     where = job.local_path or job.source
     try:
         if job.local_path is not None:
-            return await local_file_source(job)
+            return await local_file_source(job, local_files)
         return await _stored_source(job, objects)
     except ObjectNotFoundError:
         raise ImporterError(f"import {job.id}: its file {where} is not there") from None

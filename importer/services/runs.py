@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from importer.adapters.storage.local import LocalObjectStore
 from importer.core.config import PipelineConfig
 from importer.core.errors import (
     ChecksumMismatchError,
@@ -18,7 +17,7 @@ from importer.core.models import (
     Job,
     Reason,
 )
-from importer.ports import ObjectStore
+from importer.ports import LocalFiles, ObjectStore
 from importer.settings import Settings
 
 
@@ -84,7 +83,7 @@ def format_for(name: str) -> InputFormat:
     return InputFormat.CSV
 
 
-async def local_file_source(job: Job) -> ObjectSource:
+async def local_file_source(job: Job, local_files: LocalFiles) -> ObjectSource:
     """A command-line import's file, checked against what its job sealed: the same path, size and
     sha256. Raises ObjectNotFoundError or ChecksumMismatchError (the worker fails the job for
     them; ``importer job resume`` refuses)."""
@@ -92,7 +91,7 @@ async def local_file_source(job: Job) -> ObjectSource:
         raise ChecksumMismatchError(f"import {job.id}: no local file was sealed on it")
     path = Path(job.local_path)
     return await ObjectSource.verified(
-        LocalObjectStore(path.parent), path.name, job.source_size, job.source_sha256, path.name
+        local_files(path.parent), path.name, job.source_size, job.source_sha256, path.name
     )
 
 

@@ -43,9 +43,16 @@ from importer.core.errors import (
     TransientStoreError,
 )
 from importer.core.models import Finalized, Job, JobStatus, Reason
-from importer.pipeline.fanout import BatchPublisher
 from importer.pipeline.run import ImportRun
-from importer.ports import JobQueue, NullObserver, ObjectStore, PipelineObserver, Throttle
+from importer.ports import (
+    BatchPublisher,
+    JobQueue,
+    LocalFiles,
+    NullObserver,
+    ObjectStore,
+    PipelineObserver,
+    Throttle,
+)
 from importer.services.leases import JobRun, end_run, lease_held
 from importer.services.runs import ObjectSource, job_config, local_file_source, rows_per_second
 from importer.settings import Settings
@@ -72,8 +79,10 @@ class Worker:
         throttle: Throttle | None = None,
         observer: PipelineObserver | None = None,
         publisher: BatchPublisher | None = None,
+        local_files: LocalFiles,
     ) -> None:
         self.owner = owner
+        self._local_files = local_files  # a command-line import requeued to the workers
         self._publisher = publisher  # multi-instance mode: batches go to the broker
         self._observer: PipelineObserver = observer or NullObserver()
         self._throttle = throttle
@@ -251,7 +260,7 @@ class Worker:
         local path, on this machine, against the same sealed values.
         """
         if job.local_path is not None:
-            return await local_file_source(job)
+            return await local_file_source(job, self._local_files)
         name = job.filename or None
         if job.source_size is None or job.source_sha256 is None:
             return ObjectSource(

@@ -19,6 +19,7 @@ from importer.adapters.rabbit import broker
 from importer.core import codec
 from importer.core.models import Batch, ContactRow
 from importer.settings import Settings
+from importer.wiring import broker_topology
 from tests.api.conftest import Server, start_server, stop_server
 from tests.api.support import (
     ADMIN,
@@ -197,7 +198,7 @@ async def broker_server(broker_db: str, tmp_path: Path) -> AsyncIterator[Server]
 
 
 def topology_of(server: Server) -> broker.Topology:
-    return broker.Topology.from_settings(Settings(queue_prefix=server.env["IMPORTER_QUEUE_PREFIX"]))
+    return broker_topology(Settings(queue_prefix=server.env["IMPORTER_QUEUE_PREFIX"]))
 
 
 async def _delete_queues(topology: broker.Topology) -> None:

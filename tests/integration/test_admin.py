@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from importer.adapters.storage.local import LocalObjectStore
 from importer.core.errors import IllegalTransitionError, ImportAlreadyAppliedError, JobNotFoundError
 from importer.core.models import Counters, JobStatus
 from importer.services.worker import Worker
@@ -48,7 +49,15 @@ def run_worker(env: Env, *, lease_s: float = 30.0) -> Worker:
     settings = Settings(
         database_url=env.dsn, lease_seconds=lease_s, worker_poll_seconds=0.05, read_block_bytes=2048
     )
-    return Worker(env.store, env.objects, settings, owner="w1", stop=asyncio.Event(), burst=True)
+    return Worker(
+        env.store,
+        env.objects,
+        settings,
+        owner="w1",
+        stop=asyncio.Event(),
+        burst=True,
+        local_files=LocalObjectStore,
+    )
 
 
 async def started(env: Env, client: int, path: Path) -> uuid.UUID:

@@ -127,7 +127,10 @@ async def test_a_busy_client_s_second_job_waits_while_other_clients_jobs_are_cla
     stores = [PostgresStore(pool, dsn=env.dsn) for pool in pools]
     workers = [
         asyncio.create_task(
-            Worker(store, objects, settings, owner=f"w{i}", stop=stop).run(), name=f"w{i}"
+            Worker(
+                store, objects, settings, owner=f"w{i}", stop=stop, local_files=LocalObjectStore
+            ).run(),
+            name=f"w{i}",
         )
         for i, store in enumerate(stores)
     ]

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 
 from importer import wiring
 from importer.adapters.redis import RedisAccelerator, RedisRateLimiter
+from importer.adapters.storage.local import LocalObjectStore
 from importer.core.accelerator import ProgressHint, decode_hint, progress_channel
 from importer.core.models import JobStatus
 from importer.metrics import PipelineMetrics
@@ -78,6 +79,7 @@ async def test_a_real_import_s_hints_reach_a_subscriber_and_the_hub_s_watchers(
                 stop=asyncio.Event(),
                 burst=True,
                 observer=wiring.hinting(PipelineMetrics(), accelerator),
+                local_files=LocalObjectStore,
             )
             await asyncio.wait_for(worker.run(), WAIT_S)
             await accelerator.publisher.aclose()  # the publishes in flight have landed

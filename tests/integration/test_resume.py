@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from importer.adapters.storage.local import LocalObjectStore
 from importer.core.errors import ImportAlreadyAppliedError, ImporterError
 from importer.core.lifecycle import RunEnding
 from importer.core.models import ConflictStrategy, Counters, InputFormat, JobStatus
@@ -54,7 +55,7 @@ async def test_a_stopped_import_resumes_from_its_sealed_file_only(
     settings = Settings(database_url=env.dsn, chunk_size=CHUNK, concurrency=PARTITIONS)
     request = ImportRequest(client, ConflictStrategy.MERGE, InputFormat.CSV, CHUNK, PARTITIONS)
     stop = asyncio.Event()
-    local = await seal_local_file(path)
+    local = await seal_local_file(path, LocalObjectStore)
     stopped = await import_source(
         env.store,
         local.source,
@@ -72,17 +73,23 @@ async def test_a_stopped_import_resumes_from_its_sealed_file_only(
 
     path.write_bytes(original + b"Late,52998235811,,,\n")
     with pytest.raises(ImporterError, match="is not the file it imported"):
-        await resume_job(env.store, lambda _: env.objects, stopped.job_id, settings)
+        await resume_job(
+            env.store, lambda _: env.objects, stopped.job_id, settings, local_files=LocalObjectStore
+        )
     path.unlink()
     with pytest.raises(ImporterError, match="is not there"):
-        await resume_job(env.store, lambda _: env.objects, stopped.job_id, settings)
+        await resume_job(
+            env.store, lambda _: env.objects, stopped.job_id, settings, local_files=LocalObjectStore
+        )
     row = await fetch(
         env.dsn, "SELECT status, run_generation FROM import_job WHERE id = $1", stopped.job_id
     )
     assert (row[0]["status"], row[0]["run_generation"]) == ("cancelled", 1)  # untouched
 
     path.write_bytes(original)
-    resumed = await resume_job(env.store, lambda _: env.objects, stopped.job_id, settings)
+    resumed = await resume_job(
+        env.store, lambda _: env.objects, stopped.job_id, settings, local_files=LocalObjectStore
+    )
     assert (resumed.status, resumed.ending) == (
         JobStatus.COMPLETED_WITH_PLACEHOLDERS,
         RunEnding.FINISHED,
@@ -95,7 +102,9 @@ async def test_a_stopped_import_resumes_from_its_sealed_file_only(
     # One finalization row (the last run's), one notification per finalized run.
     assert await finalization_counts(env.dsn, stopped.job_id) == (1, 2)
     with pytest.raises(ImportAlreadyAppliedError):
-        await resume_job(env.store, lambda _: env.objects, stopped.job_id, settings)
+        await resume_job(
+            env.store, lambda _: env.objects, stopped.job_id, settings, local_files=LocalObjectStore
+        )
 
 
 async def test_a_requeued_command_line_import_is_run_on_by_a_worker_from_its_local_file(
@@ -108,7 +117,7 @@ async def test_a_requeued_command_line_import_is_run_on_by_a_worker_from_its_loc
     settings = Settings(database_url=env.dsn, chunk_size=CHUNK, concurrency=PARTITIONS)
     request = ImportRequest(client, ConflictStrategy.MERGE, InputFormat.CSV, CHUNK, PARTITIONS)
     stop = asyncio.Event()
-    local = await seal_local_file(path)
+    local = await seal_local_file(path, LocalObjectStore)
     stopped = await import_source(
         env.store,
         local.source,
@@ -123,7 +132,13 @@ async def test_a_requeued_command_line_import_is_run_on_by_a_worker_from_its_loc
     requeued = await env.store.requeue_job(None, stopped.job_id, "requeue:1")
     assert requeued.run == 2  # its next run, for the workers
     worker = Worker(
-        env.store, env.objects, settings, owner="w1", stop=asyncio.Event(), burst=True
+        env.store,
+        env.objects,
+        settings,
+        owner="w1",
+        stop=asyncio.Event(),
+        burst=True,
+        local_files=LocalObjectStore,
     )  # its object store knows nothing of the file: the job's local path is read
     await asyncio.wait_for(worker.run(), 60)
     status = await fetch(env.dsn, "SELECT status FROM import_job WHERE id = $1", stopped.job_id)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from importer.adapters.storage.local import LocalObjectStore
 from importer.core import lifecycle
 from importer.core.config import PipelineConfig
 from importer.core.errors import LeaseLostError
@@ -61,7 +62,13 @@ def worker_settings(env: Env, *, lease_s: float = 30.0, block: int = 2048) -> Se
 
 def worker(env: Env, owner: str, settings: Settings, stop: asyncio.Event | None = None) -> Worker:
     return Worker(
-        env.store, env.objects, settings, owner=owner, stop=stop or asyncio.Event(), burst=True
+        env.store,
+        env.objects,
+        settings,
+        owner=owner,
+        stop=stop or asyncio.Event(),
+        burst=True,
+        local_files=LocalObjectStore,
     )
 
 
@@ -276,7 +283,10 @@ async def test_stop_drains_releases_the_lease_and_the_next_worker_resumes(
     stop = asyncio.Event()
     settings = worker_settings(env)
     first = asyncio.create_task(
-        Worker(env.store, env.objects, settings, owner="w1", stop=stop).run(), name="w1"
+        Worker(
+            env.store, env.objects, settings, owner="w1", stop=stop, local_files=LocalObjectStore
+        ).run(),
+        name="w1",
     )
 
     async def some_chunk_done() -> int | None:
@@ -339,6 +349,7 @@ async def test_two_jobs_run_at_once(
                 stop=asyncio.Event(),
                 max_jobs=2,
                 burst=True,
+                local_files=LocalObjectStore,
             ).run()
         ]
     await asyncio.wait_for(asyncio.gather(*runs), WAIT_S)

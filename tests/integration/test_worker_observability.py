@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import structlog
 
+from importer.adapters.storage.local import LocalObjectStore
 from importer.core.models import JobStatus
 from importer.metrics import PipelineMetrics
 from importer.services.worker import Worker
@@ -46,6 +47,7 @@ async def test_each_job_s_lines_carry_its_ids_and_the_metrics_count_it(
         stop=asyncio.Event(),
         burst=True,
         observer=metrics,
+        local_files=LocalObjectStore,
     )
     with structlog.testing.capture_logs(
         processors=[structlog.contextvars.merge_contextvars]

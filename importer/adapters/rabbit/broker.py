@@ -40,7 +40,6 @@ from aio_pika.abc import (
 )
 
 from importer.core.errors import BrokerError, BrokerUnreachableError
-from importer.settings import Settings
 
 # Headers of the project (all strings or integers: nothing a JSON log line cannot carry).
 ATTEMPTS_HEADER = "x-importer-attempts"  # failed deliveries before the last client re-publish
@@ -131,14 +130,6 @@ class Topology:
             retry_delay_ms=retry_delay_ms,
             delivery_limit=delivery_limit,
             lane_wait_ms=lane_wait_ms,
-        )
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Topology:
-        return cls.named(
-            settings.queue_prefix,
-            retry_delay_ms=settings.retry_delay_ms,
-            lane_wait_ms=settings.lane_wait_ms,
         )
 
     @property

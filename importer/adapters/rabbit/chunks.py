@@ -26,7 +26,7 @@ from importer.adapters.rabbit import broker
 from importer.core import codec
 from importer.core.errors import BrokerError
 from importer.core.models import Batch, Job
-from importer.pipeline.fanout import ChunkHandler
+from importer.ports import DeliveryHandler
 
 log = structlog.get_logger(__name__)
 
@@ -128,7 +128,7 @@ class Fanout:
         self,
         url: str,
         topology: broker.Topology,
-        handler: ChunkHandler,
+        handler: DeliveryHandler,
         *,
         prefetch: int,
         name: str = "importer",
