@@ -8,7 +8,7 @@ import dataclasses
 import os
 import signal
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,6 +49,7 @@ from importer.services.local import (
 )
 from importer.services.relay import OutboxRelay
 from importer.services.runs import ObjectSource
+from importer.services.supervisor import Supervisor
 from importer.services.worker import Worker
 from importer.settings import Settings
 
@@ -259,9 +260,7 @@ async def run_workers(settings: Settings, count: int) -> None:
     # Imported here: prometheus_client adds ~0.04 s to every start of the command line.
     from importer.metrics import PipelineMetrics
 
-    # Per worker: one connection per partition, one for its client's turn, one for leases;
-    # then one for the relay and one for the store's LISTEN.
-    size = count * (settings.concurrency + 2) + 2 + fanout_connections(settings)
+    size = pool_size(settings, count, others=LISTEN_CONNECTIONS)
     pool = await connect_pool(settings.database_url, size, lock_timeout_ms=settings.lock_timeout_ms)
     store = PostgresStore(pool, dsn=settings.database_url)
     objects = object_store(settings)
@@ -283,33 +282,12 @@ async def run_workers(settings: Settings, count: int) -> None:
                     )
                     for i in range(count)
                 ]
-                await supervise_workers(workers, stop, relay=outbox_relay(settings, pool))
+                supervisor = Supervisor(stop)
+                supervisor.start(workers, outbox_relay(settings, pool))
+                await supervisor.run()
     finally:
         await store.close()
         await pool.close()
-
-
-async def supervise_workers(
-    workers: Sequence[Worker], stop: asyncio.Event, *, relay: OutboxRelay | None = None
-) -> None:
-    """Run the workers (and the outbox relay) as named tasks; if one dies, stop the others,
-    drain, and re-raise. The relay stops last: it publishes what the drained jobs wrote."""
-    tasks = [asyncio.create_task(w.run(), name=f"worker:{w.owner}") for w in workers]
-    side = [] if relay is None else [asyncio.create_task(relay.run(), name="outbox-relay")]
-    try:
-        while not all(task.done() for task in tasks):
-            done, _ = await asyncio.wait([*tasks, *side], return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                if not task.cancelled() and (error := task.exception()) is not None:
-                    raise error
-            if any(task.done() for task in side):
-                raise RuntimeError("the outbox relay stopped unasked")
-    finally:
-        stop.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if relay is not None:
-            relay.stop()
-            await asyncio.gather(*side, return_exceptions=True)
 
 
 @contextlib.asynccontextmanager
@@ -393,6 +371,23 @@ def hinting(metrics: PipelineObserver, accelerator: RedisAccelerator | None) -> 
     if accelerator is None:
         return metrics
     return HintingObserver(metrics, accelerator.offer_hint)
+
+
+# The store's LISTEN connection (job notifications), held for the process's life.
+LISTEN_CONNECTIONS = 1
+
+
+def pool_size(settings: Settings, workers: int, *, others: int) -> int:
+    """The one pool-size formula of a process running ``workers`` job workers.
+
+    Each worker runs one import at a time: one connection per partition, one for its client's
+    turn, one for leases and status changes; one for the outbox relay when a broker is
+    configured; the chunk consumer's deliveries; and ``others`` for the process's own use (the
+    API's requests, the LISTEN connection).
+    """
+    relay = 0 if settings.rabbitmq_url is None else 1
+    per_worker = settings.concurrency + 2
+    return workers * per_worker + relay + fanout_connections(settings) + others
 
 
 def fanout_connections(settings: Settings) -> int:

@@ -41,9 +41,9 @@ from importer.services.leases import JobRun, end_run, lease_held, process_owner
 from importer.services.runs import (
     ObjectSource,
     job_config,
+    job_finished,
     local_file_source,
     pipeline_config,
-    rows_per_second,
 )
 from importer.settings import Settings
 
@@ -280,19 +280,14 @@ async def run_here(
         await end_run(store, job.id, owner, ending, finalized)
         job = await store.get_job(job.id)
         elapsed = time.perf_counter() - started
-        log.info(  # the canonical line of a job
-            "job_finished",
-            ending=ending.value,
-            status=job.status.value,
-            elapsed_s=round(elapsed, 3),
-            rows_read=job.counters.rows_read,
-            inserted=job.counters.inserted,
-            updated=job.counters.updated,
-            invalid=job.counters.invalid,
-            error=job.counters.error,
-            ignored=job.counters.ignored,
-            fail_reason=job.fail_reason,
-            rows_per_s=rows_per_second(job_run.counters.rows_read, elapsed),  # this run's
+        job_finished(
+            log,
+            ending,
+            job.status,
+            job.counters,
+            elapsed,
+            job_run.counters.rows_read,
+            job.fail_reason,
         )
     return ImportOutcome(
         job.id,

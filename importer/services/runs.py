@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import structlog
+
 from importer.core.config import PipelineConfig
 from importer.core.errors import (
     ChecksumMismatchError,
@@ -12,9 +14,12 @@ from importer.core.errors import (
     ObjectNotFoundError,
 )
 from importer.core.layout import Layout, parse_layout
+from importer.core.lifecycle import RunEnding
 from importer.core.models import (
+    Counters,
     InputFormat,
     Job,
+    JobStatus,
     Reason,
 )
 from importer.ports import LocalFiles, ObjectStore
@@ -112,3 +117,33 @@ def job_config(settings: Settings, job: Job) -> PipelineConfig:
     """The pipeline of a stored job: its own layout and phone rule (raises LayoutError)."""
     layout = parse_layout(job.layout) if job.layout is not None else None
     return pipeline_config(settings, layout, job.has_internationalization)
+
+
+def job_finished(
+    logger: structlog.typing.FilteringBoundLogger,
+    ending: RunEnding,
+    status: JobStatus | None,
+    counters: Counters,
+    seconds: float,
+    run_rows: int,
+    fail_reason: str | None = None,
+) -> None:
+    """The canonical line of a job's run (``job_finished``), the same for workers and the CLI.
+
+    ``counters`` are the job's (every run so far); ``run_rows`` the rows this run read, whose
+    rate is logged. ``status`` is None when the run left the job to a later one.
+    """
+    logger.info(
+        "job_finished",
+        ending=ending.value,
+        status=status.value if status is not None else None,
+        rows_read=counters.rows_read,
+        inserted=counters.inserted,
+        updated=counters.updated,
+        invalid=counters.invalid,
+        error=counters.error,
+        ignored=counters.ignored,
+        **({} if fail_reason is None else {"fail_reason": fail_reason}),
+        ms=round(seconds * 1000, 1),
+        rows_per_s=rows_per_second(run_rows, seconds),  # this run's
+    )

@@ -54,7 +54,7 @@ from importer.ports import (
     Throttle,
 )
 from importer.services.leases import JobRun, end_run, lease_held
-from importer.services.runs import ObjectSource, job_config, local_file_source, rows_per_second
+from importer.services.runs import ObjectSource, job_config, job_finished, local_file_source
 from importer.settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -195,19 +195,7 @@ class Worker:
         counters = finalized.counters if finalized is not None else job_run.counters
         status = finalized.status if finalized is not None else None
         seconds = time.perf_counter() - started
-        job_log.info(  # the canonical line of a job
-            "job_finished",
-            ending=ending.value,
-            status=status.value if status is not None else None,
-            rows_read=counters.rows_read,
-            inserted=counters.inserted,
-            updated=counters.updated,
-            invalid=counters.invalid,
-            error=counters.error,
-            ignored=counters.ignored,
-            ms=round(seconds * 1000, 1),
-            rows_per_s=rows_per_second(job_run.counters.rows_read, seconds),  # this run's
-        )
+        job_finished(job_log, ending, status, counters, seconds, job_run.counters.rows_read)
         return status
 
     async def _attempt(
