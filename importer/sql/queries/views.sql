@@ -1,0 +1,43 @@
+-- What the API and the command line read of jobs: the progress views, history pages, row report.
+-- Named queries, loaded once with every queries/*.sql by importer/sql/__init__.py (a name
+-- is defined in one file only). Every value is a bound parameter.
+
+-- name: view_job
+-- A job with its progress (the import_job_progress view).
+SELECT * FROM import_job_progress WHERE client_id = $1 AND id = $2;
+
+-- name: list_jobs
+-- History, newest first, one page after the keyset ($2, $3); $4: statuses or NULL for all.
+-- Backward scan of import_job_client_history_idx.
+SELECT * FROM import_job_progress
+WHERE client_id = $1 AND (created_at, id) < ($2, $3)
+  AND ($4::text[] IS NULL OR status = ANY($4::text[]))
+ORDER BY created_at DESC, id DESC
+LIMIT $5;
+
+-- name: list_user_jobs
+-- list_jobs of one user ($6): backward scan of import_job_user_history_idx.
+SELECT * FROM import_job_progress
+WHERE client_id = $1 AND user_id = $6 AND (created_at, id) < ($2, $3)
+  AND ($4::text[] IS NULL OR status = ANY($4::text[]))
+ORDER BY created_at DESC, id DESC
+LIMIT $5;
+
+-- name: view_any_job
+-- view_job for the owner's command line (`importer status`): any client's job.
+SELECT * FROM import_job_progress WHERE id = $1;
+
+-- name: list_any_jobs
+-- list_jobs for the owner's command line (`importer history` without --client-id): every
+-- client's jobs after the keyset ($1, $2); $3: statuses or NULL; $5: one user or NULL for all.
+SELECT * FROM import_job_progress
+WHERE (created_at, id) < ($1, $2)
+  AND ($3::text[] IS NULL OR status = ANY($3::text[]))
+  AND ($5::text IS NULL OR user_id = $5)
+ORDER BY created_at DESC, id DESC
+LIMIT $4;
+
+-- name: row_errors
+SELECT line, column_name, reason, severity, value
+FROM import_row_error WHERE job_id = $1
+ORDER BY line, column_name NULLS FIRST, reason;
