@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from importer.cli import build_parser, flat_fields, history_row
+from importer.cli.output import flat_fields, history_row
+from importer.cli.parser import build_parser
 from importer.core.errors import (
     BrokerError,
     BrokerUnreachableError,
