@@ -4,6 +4,7 @@ epilogs (``importer COMMAND --help`` says what this module holds)."""
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import uuid
 from pathlib import Path
 
@@ -29,6 +30,9 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         description="Import contact lists (CSV, JSONL, gzip) into PostgreSQL, exactly; serve the "
         "HTTP API and its workers; look after imports.",
         epilog="`importer COMMAND --help` describes a command's options and their defaults.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"importer {importlib.metadata.version('importer')}"
     )
     commands = parser.add_subparsers(dest="command", required=True)
     db = commands.add_parser("db", help="database schema")
