@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from importer.cli import TerminalProgress
+from importer.cli.output import TerminalProgress
 from importer.core.models import Counters
 
 

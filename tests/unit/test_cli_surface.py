@@ -1,9 +1,10 @@
-"""The command line's surface without services: help texts, s3:// URLs, the status table's
-fields, masked URLs and first-contact messages, the log level per command."""
+"""The command line's surface without services: help texts, ``--version``, s3:// URLs, the
+status table's fields, masked URLs and first-contact messages, the log level per command."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import urllib.parse
 from collections.abc import Iterator
 
@@ -11,7 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from importer.cli import build_parser, flat_fields, history_row
+from importer.cli import main
+from importer.cli.output import flat_fields, history_row
+from importer.cli.parser import build_parser
 from importer.core.errors import (
     BrokerError,
     BrokerUnreachableError,
@@ -49,6 +52,15 @@ def test_every_option_of_every_command_has_a_help_text() -> None:
 def test_the_commands_spec_promises_exist() -> None:
     progs = {prog for prog, _ in parsers(build_parser(Settings()))}
     assert {"importer status", "importer history", "importer import"} <= progs
+
+
+def test_version_prints_the_installed_distributions_version(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"importer {importlib.metadata.version('importer')}\n"
 
 
 def test_import_help_states_its_defaults() -> None:

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from rich.console import Console
 
-from importer.cli import outcome_document, summary_table
+from importer.cli.output import outcome_document, summary_table
 from importer.core.config import PipelineConfig
 from importer.core.layout import Layout
 from importer.core.models import (

@@ -1,0 +1,300 @@
+"""``importer``'s arguments: the parser of every command, the argument types, help texts and
+epilogs (``importer COMMAND --help`` says what this module holds)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import uuid
+from pathlib import Path
+
+from importer.core.errors import ConfigurationError
+from importer.core.models import ConflictStrategy, InputFormat, JobStatus
+from importer.core.principals import Permission
+from importer.http.auth import DEFAULT_TTL_S, MAX_CLIENT_ID
+from importer.services import admin
+from importer.services.local import S3_SCHEME, S3Location, parse_s3_url
+from importer.settings import Settings
+
+
+def _positive(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def build_parser(settings: Settings) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="importer",
+        description="Import contact lists (CSV, JSONL, gzip) into PostgreSQL, exactly; serve the "
+        "HTTP API and its workers; look after imports.",
+        epilog="`importer COMMAND --help` describes a command's options and their defaults.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"importer {importlib.metadata.version('importer')}"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    db = commands.add_parser("db", help="database schema")
+    db.add_subparsers(dest="db_command", required=True).add_parser(
+        "migrate", help="apply schema.sql (idempotent)"
+    )
+    _add_import_parser(commands, settings)
+    _add_read_parsers(commands)
+    _add_token_parser(commands)
+    _add_serve_parser(commands)
+    _add_admin_parsers(commands)
+    worker = commands.add_parser(
+        "worker", help="run queued imports until SIGTERM or SIGINT (drains, releases leases)"
+    )
+    worker.add_argument(
+        "--workers",
+        type=_positive,
+        default=settings.workers_per_process,
+        help="imports run at once by this process (default: IMPORTER_WORKERS, 1)",
+    )
+    return parser
+
+
+IMPORT_EPILOG = """\
+environment: DATABASE_URL (the database), IMPORTER_CHUNK_SIZE and IMPORTER_CONCURRENCY (the
+defaults above), S3_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION (for
+s3:// sources), IMPORTER_LOG_LEVEL (default warning), IMPORTER_LOG_FORMAT (console or json).
+exit status: 0 the job completed, 1 it failed, 2 a usage or configuration error (a service
+that does not answer included).
+"""
+
+
+def _strategy(raw: str) -> ConflictStrategy:
+    try:
+        return ConflictStrategy.parse(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"merge or discard (or ignore), not {raw!r}") from None
+
+
+def _location(raw: str) -> Path | S3Location:
+    """A local path, or ``s3://bucket/key``."""
+    if not raw.startswith(S3_SCHEME):
+        return Path(raw)
+    try:
+        return parse_s3_url(raw)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_import_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], settings: Settings
+) -> None:
+    imp = commands.add_parser(
+        "import",
+        help="import a CSV/JSONL/XLSX file (plain or .gz) or an s3:// object, in this process",
+        description="Import a contact list into PostgreSQL in this process: one job, COPY in\n"
+        "chunks, a live bar on a terminal and a summary at the end.",
+        epilog=IMPORT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    imp.add_argument(
+        "path",
+        type=_location,
+        metavar="PATH|s3://BUCKET/KEY",
+        help="a local file, or an object read through the S3 settings of the environment "
+        "(its size and sha256 sealed on the job, the bytes pinned while they are read)",
+    )
+    imp.add_argument(
+        "--client-id",
+        type=int,
+        required=True,
+        metavar="N",
+        help="the tenant the contacts belong to (required)",
+    )
+    imp.add_argument(
+        "--strategy",
+        type=_strategy,
+        default=ConflictStrategy.MERGE,
+        metavar="merge|discard",
+        help="an existing contact: merge updates it, discard leaves it (ignore = discard); "
+        "default merge",
+    )
+    imp.add_argument(
+        "--layout",
+        type=Path,
+        metavar="FILE",
+        help="JSON layout: columns to targets, delimiter, encoding, header (default: the "
+        "header mapped by its aliases, the encoding and delimiter sniffed)",
+    )
+    imp.add_argument(
+        "--format",
+        choices=[f.value for f in InputFormat],
+        help="default: from the name (.jsonl/.ndjson: jsonl, .xlsx: xlsx, +.gz; else csv)",
+    )
+    imp.add_argument(
+        "--chunk-size",
+        type=_positive,
+        default=settings.chunk_size,
+        metavar="N",
+        help="rows per chunk, one transaction each (any N >= 1; default %(default)s, "
+        "IMPORTER_CHUNK_SIZE)",
+    )
+    imp.add_argument(
+        "--concurrency",
+        type=_positive,
+        default=settings.concurrency,
+        metavar="N",
+        help="consumers writing at once, one key partition each (default %(default)s, "
+        "IMPORTER_CONCURRENCY)",
+    )
+    imp.add_argument(
+        "--errors-out",
+        type=Path,
+        metavar="FILE",
+        help="write the per-row error report here as CSV: line, column, reason, severity, "
+        "value, formula-safe (default: none written)",
+    )
+    imp.add_argument(
+        "--user-id",
+        metavar="U",
+        help="the user the job is recorded for, as in the history (default: none)",
+    )
+    imp.add_argument(
+        "--international",
+        action="store_true",
+        help="phones carry their +country code (default: Brazilian numbers, region BR)",
+    )
+    imp.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object on stdout instead of the bar and the table",
+    )
+
+
+def _add_read_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``importer status`` and ``importer history``: the owner's reads, any client's jobs."""
+    status = commands.add_parser(
+        "status",
+        help="one import's status, counters, progress, ETA and fail reason (DATABASE_URL)",
+    )
+    status.add_argument("job_id", type=_job_id, metavar="JOB", help="the import's id")
+    status.add_argument(
+        "--json", action="store_true", help="print the API's status document as JSON"
+    )
+    history = commands.add_parser(
+        "history", help="imports newest first, every client's unless filtered (DATABASE_URL)"
+    )
+    history.add_argument(
+        "--client-id", type=_client_id, metavar="N", help="only this client's (default: all)"
+    )
+    history.add_argument("--user-id", metavar="U", help="only this user's (default: all)")
+    history.add_argument(
+        "--status",
+        action="append",
+        choices=[s.value for s in JobStatus],
+        metavar="S",
+        help="only jobs in this status; repeatable (default: any)",
+    )
+    history.add_argument(
+        "--limit",
+        type=_positive,
+        default=admin.DEFAULT_LIST_LIMIT,
+        metavar="N",
+        help="at most N imports (default %(default)s)",
+    )
+    history.add_argument("--json", action="store_true", help="print {items, more} as JSON")
+
+
+def _non_empty(raw: str) -> str:
+    if not raw:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return raw
+
+
+def _client_id(raw: str) -> int:
+    value = _positive(raw)
+    if value > MAX_CLIENT_ID:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_CLIENT_ID}")
+    return value
+
+
+def _add_token_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    token = commands.add_parser(
+        "token",
+        help="mint a bearer token for local use (HS256 with JWT_SECRET, or RS256 with a key file)",
+    )
+    token.add_argument(
+        "--client-id", type=_client_id, required=True, help="the token's tenant (required)"
+    )
+    token.add_argument(
+        "--user-id", type=_non_empty, required=True, help="the token's user (required)"
+    )
+    token.add_argument(
+        "--permission",
+        action="append",
+        choices=[p.value for p in Permission],
+        help=f"repeatable; default {Permission.CONTACT_IMPORT_CREATE.value}",
+    )
+    token.add_argument(
+        "--ttl",
+        type=_positive,
+        default=DEFAULT_TTL_S,
+        help="lifetime in seconds (default %(default)s)",
+    )
+    token.add_argument(
+        "--private-key",
+        type=Path,
+        help="PEM RSA private key: sign with RS256 (default: HS256 with JWT_SECRET)",
+    )
+
+
+def _add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser("serve", help="the HTTP API and the job workers (uvicorn, uvloop)")
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default %(default)s)"
+    )
+    serve.add_argument(
+        "--port", type=_positive, default=8000, help="the port to listen on (default %(default)s)"
+    )
+
+
+def _job_id(raw: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an import id: {raw!r}") from None
+
+
+def _add_admin_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The owner's operations (seed 001's runbook), on DATABASE_URL and RABBITMQ_URL directly."""
+    job = commands.add_parser("job", help="owner operations on one import (no token needed)")
+    job_commands = job.add_subparsers(dest="job_command", required=True)
+    requeue = job_commands.add_parser(
+        "requeue",
+        help="a failed, cancelled or abandoned (lease expired) import (or a completed one whose "
+        "data was removed) back to queued for the workers: the next run resumes from its ledger",
+    )
+    requeue.add_argument("job_id", type=_job_id, metavar="JOB", help="the import's id")
+    resume = job_commands.add_parser(
+        "resume",
+        help="run a cancelled, failed or abandoned (lease expired) import on in this process from "
+        "its checkpoint, with the progress bar (a command-line import: its file at the same path, "
+        "with the same size and sha256)",
+    )
+    resume.add_argument("job_id", type=_job_id, metavar="JOB", help="the import's id")
+    resume.add_argument("--errors-out", type=Path, help="write the error report (CSV) here")
+    resume.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    remove = job_commands.add_parser(
+        "remove-data",
+        help="soft-delete the contacts an ended import created and clear its ledger (idempotent)",
+    )
+    remove.add_argument("job_id", type=_job_id, metavar="JOB", help="the import's id")
+    dlq = commands.add_parser("dlq", help="the dead-letter queue of chunk messages (RABBITMQ_URL)")
+    dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True)
+    listing = dlq_commands.add_parser("list", help="look at dead letters without consuming them")
+    listing.add_argument(
+        "--limit",
+        type=_positive,
+        default=admin.DEFAULT_LIST_LIMIT,
+        help="at most this many letters (default %(default)s)",
+    )
+    replay = dlq_commands.add_parser(
+        "replay", help="republish the dead letters of running imports to the main queue"
+    )
+    replay.add_argument("--job", type=_job_id, help="only this import's (default: every one's)")
