@@ -5,37 +5,17 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from importer.core.models import Reason
+from importer.read.base import RecordReader, line_breaks
 from importer.read.records import RAW_CHARS, RawRecord, Sniffed
-from importer.read.sniff import _check_delimiter
-from importer.read.text import _SURROGATE, _char_problem, _Decoder, _display
+from importer.read.sniff import check_delimiter
+from importer.read.text import char_problem, display
 
 _CSV_FIELD_LIMIT = 2**31 - 1  # csv's own cap, moved out of the way: ours is enforced by hand
 
 
 _QUOTED_OPEN = re.compile(r'"[^"]*+(?:""[^"]*+)*+')  # a quoted field up to its closing quote
-
-
-def _line_breaks(text: str) -> int:
-    return text.count("\n") + text.count("\r") - text.count("\r\n")
-
-
-@dataclass(slots=True)
-class _Skip:
-    """A record over the cap being skipped: what its report needs, never its text."""
-
-    line: int
-    head: str  # the record's first characters, for its report
-    lines: int = 0  # line breaks passed so far
-    bytes: int = 0  # bytes passed so far
-
-    def passing(self, text: str, byte_count: int) -> None:
-        if len(self.head) < RAW_CHARS + 2:
-            self.head += text[: RAW_CHARS + 2 - len(self.head)]
-        self.lines += _line_breaks(text)
-        self.bytes += byte_count
 
 
 def _csv_patterns(delimiter: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
@@ -91,8 +71,10 @@ def _is_blank(fields: list[str]) -> bool:
     return not "".join(fields).strip()
 
 
-class CsvReader:
+class CsvReader(RecordReader[RawRecord]):
     """RFC 4180 records from a stream of byte blocks (see the module docstring)."""
+
+    _record_type = RawRecord
 
     def __init__(
         self,
@@ -103,48 +85,21 @@ class CsvReader:
         start_line: int = 1,
         start_offset: int = 0,
     ) -> None:
-        _check_delimiter(sniffed.delimiter)
+        check_delimiter(sniffed.delimiter)
         if csv.field_size_limit() < _CSV_FIELD_LIMIT:
             csv.field_size_limit(_CSV_FIELD_LIMIT)
-        self._decoder = _Decoder(sniffed, at_start=start_offset == 0)
+        super().__init__(
+            sniffed,
+            max_field_chars=max_field_chars,
+            max_record_chars=max_record_chars,
+            start_line=start_line,
+            start_offset=start_offset,
+        )
         self._delimiter = sniffed.delimiter
         self._record, self._complete_fields = _csv_patterns(sniffed.delimiter)
         self._filler = "x" if sniffed.delimiter != "x" else "y"  # any char of an unquoted field
-        self._max_field = max_field_chars
-        self._max_record = max_record_chars
         self._check_over = min(max_field_chars, max_record_chars)
-        self._line = start_line  # line where _buf starts
-        self._offset = start_offset  # byte offset where _buf starts
-        self._buf = ""  # text of the record in progress (after a skip: a state prefix first)
-        self._dirty = False  # whether _buf may hold undecodable bytes
-        self._prefix = 0  # length of that state prefix
-        self._skip: _Skip | None = None
-
-    @property
-    def buffered_chars(self) -> int:
-        """Characters held between feeds (for tests of the memory bound)."""
-        return len(self._buf)
-
-    @property
-    def mojibake(self) -> str | None:
-        """The first UTF-8-read-as-Windows-1252 pattern met ("Ã§"), or None (see _Decoder)."""
-        return self._decoder.mojibake
-
-    @property
-    def encoding(self) -> str:
-        return self._decoder.encoding
-
-    def feed(self, data: bytes) -> list[RawRecord]:
-        """The records completed by data, blank ones left out."""
-        text, bom = self._decoder.decode(data)
-        self._offset += bom
-        return self._consume(text, final=False)
-
-    def finish(self) -> list[RawRecord]:
-        """The last record, which may end without a line break."""
-        text, bom = self._decoder.decode(b"", final=True)
-        self._offset += bom
-        return self._consume(text, final=True)
+        self._prefix = 0  # while skipping, _buf starts with a state prefix of this length
 
     def _consume(self, text: str, final: bool) -> list[RawRecord]:
         buf = self._buf + text if self._buf else text
@@ -162,8 +117,7 @@ class CsvReader:
             last = [buf[end:]]
             out += self._emit(last, iter(self._parse_quoted(last)), suspect=suspect, ends="")
         else:
-            self._hold(buf[end:])
-            self._dirty = dirty and _SURROGATE.search(self._buf) is not None
+            self._hold(buf[end:], dirty)
         return out
 
     def _records(self, buf: str, pos: int, final: bool) -> tuple[list[str], list[list[str]], int]:
@@ -188,7 +142,7 @@ class CsvReader:
         stop = max(pos, _records_stop(buf, final))
         region = buf[pos:stop]
         lines = region.splitlines(keepends=True)
-        if len(lines) != _line_breaks(region):
+        if len(lines) != line_breaks(region):
             return None  # \v \f \x1c-\x1e \x85 \u2028 \u2029 are not line breaks to csv
         if '"' in region:
             lines, held = _group_by_parity(lines)
@@ -247,7 +201,7 @@ class CsvReader:
             content = text.rstrip(ends)  # without its line break
             if '"' in text:
                 fields = next(quoted)
-                line += _line_breaks(text) if "\n" in content or "\r" in content else 1
+                line += line_breaks(text) if "\n" in content or "\r" in content else 1
             else:
                 fields = content.split(delimiter)
                 line += 1
@@ -255,7 +209,7 @@ class CsvReader:
             if suspect or len(text) > check_over:  # (a long blank record is too long too)
                 reason = self._problem(content, fields)
                 if reason is not None:
-                    append(RawRecord(start, None, reason, _display(content), offset, line))
+                    append(RawRecord(start, None, reason, display(content), offset, line))
                     continue
             if (not fields or not fields[0] or fields[0][0].isspace()) and _is_blank(fields):
                 continue
@@ -268,18 +222,10 @@ class CsvReader:
         # A record over the cap is field_too_long whatever it holds: a skipped one is never seen.
         if len(content) > self._max_record:
             return Reason.FIELD_TOO_LONG
-        reason = _char_problem(content)
+        reason = char_problem(content)
         if reason is None and max(map(len, fields), default=0) > self._max_field:
             return Reason.FIELD_TOO_LONG
         return reason
-
-    def _hold(self, tail: str) -> None:
-        """Keep the record in progress, or start skipping it once it passes the cap."""
-        if len(tail) <= self._max_record + 1:  # + 1: a CR waiting for its LF
-            self._buf = tail
-            return
-        self._skip = _Skip(self._line, "")
-        self._compress(tail)
 
     def _compress(self, text: str) -> None:
         """Drop the skipped record's text, keeping csv's state as a short prefix."""
@@ -316,13 +262,8 @@ class CsvReader:
         else:
             self._compress(buf)
             return -1
-        skip = self._skip
-        assert skip is not None  # only called while skipping
-        passed = buf[self._prefix : end]
-        skip.passing(passed, self._decoder.count_bytes(passed))
-        self._offset += skip.bytes
+        skip = self._end_skip(buf[self._prefix : end])
         self._line = skip.line + skip.lines
-        raw = _display(skip.head)
-        out.append(RawRecord(skip.line, None, Reason.FIELD_TOO_LONG, raw, self._offset, self._line))
-        self._skip, self._prefix, self._buf = None, 0, ""
+        out.append(self._too_long(skip))
+        self._prefix, self._buf = 0, ""
         return end

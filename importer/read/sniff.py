@@ -10,7 +10,7 @@ import charset_normalizer
 
 from importer.core.models import Reason
 from importer.read.records import FileRejected, Sniffed
-from importer.read.text import _ASCII_WIDTH, _ESCAPE, _canonical
+from importer.read.text import ASCII_WIDTH, ESCAPE, canonical
 
 DELIMITERS = (",", ";", "\t", "|")  # the sniffer's candidates, in order of preference on a tie
 
@@ -87,12 +87,12 @@ def sniff(sample: bytes, *, encoding: str | None = None, delimiter: str | None =
         codec, bom_length = _detect_encoding(sample)
     else:
         codec, bom_length = _given_encoding(sample, encoding)
-    text = codecs.getincrementaldecoder(codec)(_ESCAPE).decode(sample[bom_length:])
+    text = codecs.getincrementaldecoder(codec)(ESCAPE).decode(sample[bom_length:])
     if not text.strip():
         raise FileRejected(Reason.EMPTY_FILE, "the file holds no data")
     if delimiter is None:
         return Sniffed(codec, _detect_delimiter(text), bom_length)
-    _check_delimiter(delimiter)
+    check_delimiter(delimiter)
     return Sniffed(codec, delimiter, bom_length)
 
 
@@ -138,7 +138,7 @@ def utf8_evidence(sample: bytes) -> Utf8Evidence:
     neither valid nor corrupt (the sample is a file's first 64 KiB). Each run of undecodable
     bytes counts once, whatever its length (a lone byte, a truncated or overlong sequence).
     """
-    text = codecs.getincrementaldecoder("utf-8")(_ESCAPE).decode(sample)
+    text = codecs.getincrementaldecoder("utf-8")(ESCAPE).decode(sample)
     if text.isascii():
         return Utf8Evidence(0, 0, 0)
     return Utf8Evidence(
@@ -180,12 +180,12 @@ def _reads_as_western(sample: bytes) -> bool:
 def _given_encoding(sample: bytes, encoding: str) -> tuple[str, int]:
     """The given codec and no BOM, unless the sample starts with a BOM, which wins (as in the
     WHATWG Encoding standard: a layout saying cp1252 must not garble an Excel UTF-8 export)."""
-    codec = _canonical(encoding)
+    codec = canonical(encoding)
     bom_codec, bom_length = _bom(sample)
     if bom_codec is not None:
         return bom_codec, bom_length
     codec = _UNMARKED.get(codec, codec)
-    if codec not in _ASCII_WIDTH:
+    if codec not in ASCII_WIDTH:
         raise FileRejected(Reason.UNSUPPORTED_ENCODING, f"encoding {encoding!r} not supported")
     return codec, 0
 
@@ -210,6 +210,6 @@ def _detect_delimiter(text: str) -> str:
     return DELIMITERS[counts.index(most)] if most else ","
 
 
-def _check_delimiter(delimiter: str) -> None:
+def check_delimiter(delimiter: str) -> None:
     if len(delimiter) != 1 or delimiter in '"\r\n':
         raise ValueError(f"a delimiter is one character, not a quote or line break: {delimiter!r}")

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from importer.core.models import Reason
 from importer.read.records import RAW_CHARS, FileRejected, Sniffed
 
-_ESCAPE = "importer.bytes"  # decoding error handler: undecodable byte b -> U+DC00 + b
+ESCAPE = "importer.bytes"  # decoding error handler: undecodable byte b -> U+DC00 + b
 
 
 # The codecs accepted (SPEC "Input"), with the bytes one ASCII character takes in each.
-_ASCII_WIDTH = {
+ASCII_WIDTH = {
     "utf-8": 1,
     "cp1252": 1,
     "iso8859-1": 1,
@@ -34,7 +34,7 @@ _ASCII_WIDTH = {
 _SINGLE_BYTE = frozenset({"cp1252", "iso8859-1", "iso8859-15", "ascii"})
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 _BAD_CHAR = re.compile("[\x00\ud800-\udfff]")  # an undecodable byte or a NUL
@@ -84,10 +84,10 @@ def _escape_bytes(exc: UnicodeError) -> tuple[str, int]:
     return "".join([chr(0xDC00 + byte) for byte in bad]), exc.end
 
 
-codecs.register_error(_ESCAPE, _escape_bytes)
+codecs.register_error(ESCAPE, _escape_bytes)
 
 
-def _canonical(encoding: str) -> str:
+def canonical(encoding: str) -> str:
     try:
         return codecs.lookup(encoding).name
     except LookupError:
@@ -100,19 +100,19 @@ def _byte_counter(encoding: str) -> Callable[[str], int]:
         return len
     if encoding == "utf-8":
         return lambda text: len(text.encode("utf-8", "surrogateescape"))
-    extra = _ASCII_WIDTH[encoding] - 1  # an escaped byte re-encodes as a whole code unit
+    extra = ASCII_WIDTH[encoding] - 1  # an escaped byte re-encodes as a whole code unit
 
     def count(text: str) -> int:
         try:
             return len(text.encode(encoding))
         except UnicodeEncodeError:  # escaped bytes
-            escaped = len(_SURROGATE.findall(text))
+            escaped = len(SURROGATE.findall(text))
             return len(text.encode(encoding, "surrogatepass")) - escaped * extra
 
     return count
 
 
-class _Decoder:
+class Decoder:
     """Bytes to text for one stream: drops the BOM, decodes incrementally, counts bytes back.
 
     A single-byte code page also watches the bytes for UTF-8 sequences typical of UTF-8 text
@@ -125,11 +125,11 @@ class _Decoder:
     )
 
     def __init__(self, sniffed: Sniffed, *, at_start: bool) -> None:
-        encoding = _canonical(sniffed.encoding)
-        width = _ASCII_WIDTH.get(encoding)
+        encoding = canonical(sniffed.encoding)
+        width = ASCII_WIDTH.get(encoding)
         if width is None:
             raise FileRejected(Reason.UNSUPPORTED_ENCODING, f"encoding {encoding!r} not supported")
-        self._decoder = codecs.getincrementaldecoder(encoding)(_ESCAPE)
+        self._decoder = codecs.getincrementaldecoder(encoding)(ESCAPE)
         self._bom_left = sniffed.bom_length if at_start else 0
         self.ascii_width = width
         self.byte_len = _byte_counter(encoding)
@@ -165,13 +165,13 @@ def _escaped(match: re.Match[str]) -> str:
     return f"\\x{ord(match.group()) & 0xFF:02x}"
 
 
-def _display(text: str) -> str:
+def display(text: str) -> str:
     """A record's text as the report shows it: no line break, cut, bad bytes as \\xNN."""
     return _BAD_CHAR.sub(_escaped, text[: RAW_CHARS + 2].rstrip("\r\n"))[:RAW_CHARS]
 
 
-def _char_problem(text: str) -> Reason | None:
-    if _SURROGATE.search(text) is not None:
+def char_problem(text: str) -> Reason | None:
+    if SURROGATE.search(text) is not None:
         return Reason.INVALID_ENCODING
     if "\x00" in text:
         return Reason.NUL_BYTE
