@@ -1,4 +1,13 @@
-"""CSV (RFC 4180) records from byte blocks, with the record and field caps enforced by hand."""
+"""CSV (RFC 4180) records from byte blocks, with the record and field caps enforced by hand.
+
+CSV records are cut exactly as Python's csv module cuts them (quotes open a field only at its
+start, "" inside quotes, CRLF/LF/CR line ends), then split with str.split when they hold no
+quote and by csv otherwise. Memory stays bounded by the record cap plus one block whatever the
+input: a record over the cap is skipped by keeping only the parser's state (as a prefix of at
+most two characters), never its text, and it is reported ``field_too_long`` at its real end.
+Undecodable bytes are decoded as lone surrogates (U+DC00 + byte), so a bad record never stops
+the stream: any record holding one is reported ``invalid_encoding``, and U+FFFD never appears.
+"""
 
 from __future__ import annotations
 
@@ -16,59 +25,6 @@ _CSV_FIELD_LIMIT = 2**31 - 1  # csv's own cap, moved out of the way: ours is enf
 
 
 _QUOTED_OPEN = re.compile(r'"[^"]*+(?:""[^"]*+)*+')  # a quoted field up to its closing quote
-
-
-def _csv_patterns(delimiter: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """A complete record, and the complete fields of a partial one, as csv's parser sees them.
-
-    A quote opens a quoted field only at the field's start; inside, "" is a quote; after the
-    closing quote the field goes on unquoted (quotes are then plain characters). Possessive
-    quantifiers never backtrack, so a failed match costs one pass over the text.
-    """
-    d = re.escape(delimiter)
-    field = rf'(?:"[^"]*+(?:""[^"]*+)*+"[^{d}\r\n]*+|[^{d}"\r\n][^{d}\r\n]*+)?+'
-    record = re.compile(rf"{field}(?:{d}{field})*+(?:\r\n|\n|\r)")
-    return record, re.compile(rf"(?:{field}{d})*+")
-
-
-def _match_end(pattern: re.Pattern[str], text: str) -> int:
-    """Where pattern's match at the start of text ends (patterns here match at least "")."""
-    found = pattern.match(text)
-    return found.end() if found is not None else 0
-
-
-def _records_stop(buf: str, final: bool) -> int:
-    """Where the complete records of buf stop at the latest: after its last line break.
-
-    A CR at the very end does not count until the next block says whether an LF follows.
-    """
-    end = len(buf) if final or not buf.endswith("\r") else len(buf) - 1
-    return max(buf.rfind("\n", 0, end), buf.rfind("\r", 0, end)) + 1
-
-
-def _group_by_parity(lines: list[str]) -> tuple[list[str], list[str]]:
-    """Join the lines of records spanning lines (odd quote count so far); also return the
-    lines of a record still open at the end."""
-    texts: list[str] = []
-    append = texts.append
-    held: list[str] = []
-    quotes = 0
-    for line in lines:
-        if held:
-            held.append(line)
-            quotes += line.count('"')
-            if not quotes & 1:
-                append("".join(held))
-                held = []
-        elif '"' not in line or not (quotes := line.count('"')) & 1:
-            append(line)
-        else:
-            held = [line]
-    return texts, held
-
-
-def _is_blank(fields: list[str]) -> bool:
-    return not "".join(fields).strip()
 
 
 class CsvReader(RecordReader[RawRecord]):
@@ -267,3 +223,56 @@ class CsvReader(RecordReader[RawRecord]):
         out.append(self._too_long(skip))
         self._prefix, self._buf = 0, ""
         return end
+
+
+def _csv_patterns(delimiter: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A complete record, and the complete fields of a partial one, as csv's parser sees them.
+
+    A quote opens a quoted field only at the field's start; inside, "" is a quote; after the
+    closing quote the field goes on unquoted (quotes are then plain characters). Possessive
+    quantifiers never backtrack, so a failed match costs one pass over the text.
+    """
+    d = re.escape(delimiter)
+    field = rf'(?:"[^"]*+(?:""[^"]*+)*+"[^{d}\r\n]*+|[^{d}"\r\n][^{d}\r\n]*+)?+'
+    record = re.compile(rf"{field}(?:{d}{field})*+(?:\r\n|\n|\r)")
+    return record, re.compile(rf"(?:{field}{d})*+")
+
+
+def _match_end(pattern: re.Pattern[str], text: str) -> int:
+    """Where pattern's match at the start of text ends (patterns here match at least "")."""
+    found = pattern.match(text)
+    return found.end() if found is not None else 0
+
+
+def _records_stop(buf: str, final: bool) -> int:
+    """Where the complete records of buf stop at the latest: after its last line break.
+
+    A CR at the very end does not count until the next block says whether an LF follows.
+    """
+    end = len(buf) if final or not buf.endswith("\r") else len(buf) - 1
+    return max(buf.rfind("\n", 0, end), buf.rfind("\r", 0, end)) + 1
+
+
+def _group_by_parity(lines: list[str]) -> tuple[list[str], list[str]]:
+    """Join the lines of records spanning lines (odd quote count so far); also return the
+    lines of a record still open at the end."""
+    texts: list[str] = []
+    append = texts.append
+    held: list[str] = []
+    quotes = 0
+    for line in lines:
+        if held:
+            held.append(line)
+            quotes += line.count('"')
+            if not quotes & 1:
+                append("".join(held))
+                held = []
+        elif '"' not in line or not (quotes := line.count('"')) & 1:
+            append(line)
+        else:
+            held = [line]
+    return texts, held
+
+
+def _is_blank(fields: list[str]) -> bool:
+    return not "".join(fields).strip()

@@ -1,4 +1,11 @@
-"""JSONL records from byte blocks: one object per line, numbers kept as written."""
+"""JSONL records from byte blocks: one object per line, numbers kept as written.
+
+Each line is a record (blank lines are left out) and must hold a JSON object; its values become
+text: strings as they are, ``true``/``false``, ``""`` for null, nested arrays and objects as
+their JSON, numbers as written in the file (``1.50`` stays ``1.50``). The caps, the offsets and
+the skip of an over-long line are the CSV reader's (:mod:`importer.read.base`), and so are the
+character checks (:mod:`importer.read.text`).
+"""
 
 from __future__ import annotations
 
@@ -11,43 +18,6 @@ from importer.core.models import Reason
 from importer.read.base import RecordReader
 from importer.read.records import RAW_CHARS, JsonRecord
 from importer.read.text import char_problem, display
-
-
-def _json_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)  # floats are replaced by their exact text (see _exact_numbers)
-    return orjson.dumps(value).decode()
-
-
-def _exact_numbers(text: str, parsed: dict[str, Any]) -> dict[str, str]:
-    """The JSON text of the top-level numbers orjson turned into floats (1.50, 1e5, 2**70)."""
-    try:
-        exact = json.loads(text, parse_float=str, parse_int=str)
-    except ValueError:
-        return {}
-    return {key: exact[key] for key, value in parsed.items() if isinstance(value, float)}
-
-
-def _json_values(text: str) -> tuple[dict[str, str] | None, Reason | None]:
-    try:
-        parsed = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None, Reason.MALFORMED_JSON
-    if not isinstance(parsed, dict):
-        return None, Reason.NOT_AN_OBJECT
-    kinds = set(map(type, parsed.values()))
-    if kinds <= {str}:
-        return parsed, None  # the usual case, checked at C speed
-    values = {key: _json_text(value) for key, value in parsed.items()}
-    if float in kinds:
-        values.update(_exact_numbers(text, parsed))
-    return values, None
 
 
 class JsonlReader(RecordReader[JsonRecord]):
@@ -122,3 +92,40 @@ class JsonlReader(RecordReader[JsonRecord]):
         self._line += 1
         out.append(self._too_long(skip))
         return end
+
+
+def _json_values(text: str) -> tuple[dict[str, str] | None, Reason | None]:
+    try:
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None, Reason.MALFORMED_JSON
+    if not isinstance(parsed, dict):
+        return None, Reason.NOT_AN_OBJECT
+    kinds = set(map(type, parsed.values()))
+    if kinds <= {str}:
+        return parsed, None  # the usual case, checked at C speed
+    values = {key: _json_text(value) for key, value in parsed.items()}
+    if float in kinds:
+        values.update(_exact_numbers(text, parsed))
+    return values, None
+
+
+def _json_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)  # floats are replaced by their exact text (see _exact_numbers)
+    return orjson.dumps(value).decode()
+
+
+def _exact_numbers(text: str, parsed: dict[str, Any]) -> dict[str, str]:
+    """The JSON text of the top-level numbers orjson turned into floats (1.50, 1e5, 2**70)."""
+    try:
+        exact = json.loads(text, parse_float=str, parse_int=str)
+    except ValueError:
+        return {}
+    return {key: exact[key] for key, value in parsed.items() if isinstance(value, float)}

@@ -96,31 +96,6 @@ def sniff(sample: bytes, *, encoding: str | None = None, delimiter: str | None =
     return Sniffed(codec, delimiter, bom_length)
 
 
-def _bom(sample: bytes) -> tuple[str | None, int]:
-    for bom, codec in _BOMS:
-        if sample.startswith(bom):
-            return codec, len(bom)
-    return None, 0
-
-
-def _detect_encoding(sample: bytes) -> tuple[str, int]:
-    codec, bom_length = _bom(sample)
-    if codec is not None:
-        return codec, bom_length
-    if prefers_utf8(utf8_evidence(sample)):
-        return "utf-8", 0
-    best = charset_normalizer.from_bytes(sample).best()
-    if best is not None and not _LATIN_CODE_PAGES.isdisjoint(best.could_be_from_charset):
-        return "cp1252", 0
-    if _reads_as_western(sample):
-        return "cp1252", 0
-    guess = best.encoding if best is not None else "nothing"
-    raise FileRejected(
-        Reason.UNSUPPORTED_ENCODING,
-        f"not UTF-8, UTF-16 with a BOM or Windows-1252 (detected: {guess})",
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class Utf8Evidence:
     """What strict UTF-8 decoding found in a sample: the valid multi-byte sequences (short:
@@ -163,6 +138,36 @@ def prefers_utf8(evidence: Utf8Evidence) -> bool:
     return evidence.corrupt <= _CORRUPT_PER_VALID * weight
 
 
+def check_delimiter(delimiter: str) -> None:
+    if len(delimiter) != 1 or delimiter in '"\r\n':
+        raise ValueError(f"a delimiter is one character, not a quote or line break: {delimiter!r}")
+
+
+def _detect_encoding(sample: bytes) -> tuple[str, int]:
+    codec, bom_length = _bom(sample)
+    if codec is not None:
+        return codec, bom_length
+    if prefers_utf8(utf8_evidence(sample)):
+        return "utf-8", 0
+    best = charset_normalizer.from_bytes(sample).best()
+    if best is not None and not _LATIN_CODE_PAGES.isdisjoint(best.could_be_from_charset):
+        return "cp1252", 0
+    if _reads_as_western(sample):
+        return "cp1252", 0
+    guess = best.encoding if best is not None else "nothing"
+    raise FileRejected(
+        Reason.UNSUPPORTED_ENCODING,
+        f"not UTF-8, UTF-16 with a BOM or Windows-1252 (detected: {guess})",
+    )
+
+
+def _bom(sample: bytes) -> tuple[str | None, int]:
+    for bom, codec in _BOMS:
+        if sample.startswith(bom):
+            return codec, len(bom)
+    return None, 0
+
+
 def _reads_as_western(sample: bytes) -> bool:
     """Whether the sample reads as Windows-1252 text with accents here and there.
 
@@ -190,6 +195,13 @@ def _given_encoding(sample: bytes, encoding: str) -> tuple[str, int]:
     return codec, 0
 
 
+def _detect_delimiter(text: str) -> str:
+    unquoted = _QUOTED_SPAN.sub("", _first_record(text))
+    counts = [unquoted.count(delimiter) for delimiter in DELIMITERS]
+    most = max(counts)
+    return DELIMITERS[counts.index(most)] if most else ","
+
+
 def _first_record(text: str) -> str:
     """The first non-blank record of text, its quoted line breaks included."""
     lines: list[str] = []
@@ -201,15 +213,3 @@ def _first_record(text: str) -> str:
             if quotes % 2 == 0:
                 break
     return "\n".join(lines)
-
-
-def _detect_delimiter(text: str) -> str:
-    unquoted = _QUOTED_SPAN.sub("", _first_record(text))
-    counts = [unquoted.count(delimiter) for delimiter in DELIMITERS]
-    most = max(counts)
-    return DELIMITERS[counts.index(most)] if most else ","
-
-
-def check_delimiter(delimiter: str) -> None:
-    if len(delimiter) != 1 or delimiter in '"\r\n':
-        raise ValueError(f"a delimiter is one character, not a quote or line break: {delimiter!r}")
