@@ -1,4 +1,4 @@
-"""Throughput of importer.reader on generated contact files (records per second).
+"""Throughput of importer.read's readers on generated contact files (records per second).
 
 Usage: .venv/bin/python benchmarks/bench_reader.py [--records N] [--block KIB]
 

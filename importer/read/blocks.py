@@ -1,4 +1,11 @@
-"""Byte blocks → records for one run: format detection, the reader, resume from a checkpoint."""
+"""Source blocks → batches for one run: gzip, sniffing, the reader of the format, resume.
+
+:class:`BlockParser` takes the source's byte blocks as they come, inflates gzip, sniffs the
+encoding and the delimiter, feeds the reader of the job's format (CSV, JSONL, XLSX) and hands the
+records to the :class:`~importer.read.chunker.Chunker`; resumed from a checkpoint, it drops the
+bytes before it. :func:`suspect_encoding_warning` is the job warning of a file that looks like
+UTF-8 read as Windows-1252.
+"""
 
 from __future__ import annotations
 

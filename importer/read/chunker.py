@@ -1,4 +1,9 @@
-"""Rows → batches: chunks of ``chunk_size`` records split by key partition (``crc32(key) % n``)."""
+"""Records → rows → batches: chunks of ``chunk_size`` records split by key partition.
+
+:class:`Chunker` finds the header (or plans by position or JSON keys, by the layout), builds
+each record's row and issues with a :class:`~importer.core.rows.RowBuilder` and cuts chunks into
+one batch per partition; :func:`partition_of` is the partition of a key (``crc32(key) % n``).
+"""
 
 from __future__ import annotations
 
@@ -25,60 +30,6 @@ from importer.read.records import JsonRecord, RawRecord
 def partition_of(key: str, partitions: int) -> int:
     """The key partition of a normalized key: stable across runs, processes and versions."""
     return zlib.crc32(key.encode()) % partitions
-
-
-@dataclass(slots=True)
-class _ChunkBuffer:
-    """The chunk being filled: valid rows per partition, the issues and the invalid count."""
-
-    partitions: int
-    chunk_no: int = 0
-    first_line: int = 0
-    end_offset: int = 0
-    end_line: int = 0
-    count: int = 0
-    invalid: int = 0
-    rows: list[list[ContactRow]] = field(default_factory=list)
-    issues: list[RowIssue] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.rows = [[] for _ in range(self.partitions)]
-
-    def add(
-        self, record: RawRecord | JsonRecord, row: ContactRow | None, issues: list[RowIssue]
-    ) -> None:
-        if self.count == 0:
-            self.first_line = record.line
-        self.count += 1
-        self.end_offset = record.end_offset
-        self.end_line = record.end_line
-        if issues:
-            self.issues.extend(issues)
-        if row is None:
-            self.invalid += 1
-        else:
-            self.rows[partition_of(row.cpf_cnpj, self.partitions)].append(row)
-
-    def cut(self) -> list[Batch]:
-        """The chunk's batches, one per partition (empty ones too: every partition marks it)."""
-        batches = [
-            Batch(
-                chunk_no=self.chunk_no,
-                partition=p,
-                first_line=self.first_line,
-                end_offset=self.end_offset,
-                rows=tuple(rows),
-                issues=tuple(self.issues) if p == 0 else (),
-                invalid=self.invalid if p == 0 else 0,
-                end_line=self.end_line,
-            )
-            for p, rows in enumerate(self.rows)
-        ]
-        self.chunk_no += 1
-        self.count = self.invalid = 0
-        self.rows = [[] for _ in range(self.partitions)]
-        self.issues = []
-        return batches
 
 
 class Chunker:
@@ -188,3 +139,57 @@ class Chunker:
             if len(self._json_builders) < 1024:  # bounded: hostile files vary their keys
                 self._json_builders[keys] = builder
         return builder.build(record.line, list(record.values.values()))
+
+
+@dataclass(slots=True)
+class _ChunkBuffer:
+    """The chunk being filled: valid rows per partition, the issues and the invalid count."""
+
+    partitions: int
+    chunk_no: int = 0
+    first_line: int = 0
+    end_offset: int = 0
+    end_line: int = 0
+    count: int = 0
+    invalid: int = 0
+    rows: list[list[ContactRow]] = field(default_factory=list)
+    issues: list[RowIssue] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rows = [[] for _ in range(self.partitions)]
+
+    def add(
+        self, record: RawRecord | JsonRecord, row: ContactRow | None, issues: list[RowIssue]
+    ) -> None:
+        if self.count == 0:
+            self.first_line = record.line
+        self.count += 1
+        self.end_offset = record.end_offset
+        self.end_line = record.end_line
+        if issues:
+            self.issues.extend(issues)
+        if row is None:
+            self.invalid += 1
+        else:
+            self.rows[partition_of(row.cpf_cnpj, self.partitions)].append(row)
+
+    def cut(self) -> list[Batch]:
+        """The chunk's batches, one per partition (empty ones too: every partition marks it)."""
+        batches = [
+            Batch(
+                chunk_no=self.chunk_no,
+                partition=p,
+                first_line=self.first_line,
+                end_offset=self.end_offset,
+                rows=tuple(rows),
+                issues=tuple(self.issues) if p == 0 else (),
+                invalid=self.invalid if p == 0 else 0,
+                end_line=self.end_line,
+            )
+            for p, rows in enumerate(self.rows)
+        ]
+        self.chunk_no += 1
+        self.count = self.invalid = 0
+        self.rows = [[] for _ in range(self.partitions)]
+        self.issues = []
+        return batches

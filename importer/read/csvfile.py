@@ -1,16 +1,25 @@
-"""CSV (RFC 4180) records from byte blocks, with the record and field caps enforced by hand."""
+"""CSV (RFC 4180) records from byte blocks, with the record and field caps enforced by hand.
+
+CSV records are cut exactly as Python's csv module cuts them (quotes open a field only at its
+start, "" inside quotes, CRLF/LF/CR line ends), then split with str.split when they hold no
+quote and by csv otherwise. Memory stays bounded by the record cap plus one block whatever the
+input: a record over the cap is skipped by keeping only the parser's state (as a prefix of at
+most two characters), never its text, and it is reported ``field_too_long`` at its real end.
+Undecodable bytes are decoded as lone surrogates (U+DC00 + byte), so a bad record never stops
+the stream: any record holding one is reported ``invalid_encoding``, and U+FFFD never appears.
+"""
 
 from __future__ import annotations
 
 import csv
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from importer.core.models import Reason
+from importer.read.base import RecordReader, line_breaks
 from importer.read.records import RAW_CHARS, RawRecord, Sniffed
-from importer.read.sniff import _check_delimiter
-from importer.read.text import _SURROGATE, _char_problem, _Decoder, _display
+from importer.read.sniff import check_delimiter
+from importer.read.text import char_problem, display
 
 _CSV_FIELD_LIMIT = 2**31 - 1  # csv's own cap, moved out of the way: ours is enforced by hand
 
@@ -18,81 +27,10 @@ _CSV_FIELD_LIMIT = 2**31 - 1  # csv's own cap, moved out of the way: ours is enf
 _QUOTED_OPEN = re.compile(r'"[^"]*+(?:""[^"]*+)*+')  # a quoted field up to its closing quote
 
 
-def _line_breaks(text: str) -> int:
-    return text.count("\n") + text.count("\r") - text.count("\r\n")
-
-
-@dataclass(slots=True)
-class _Skip:
-    """A record over the cap being skipped: what its report needs, never its text."""
-
-    line: int
-    head: str  # the record's first characters, for its report
-    lines: int = 0  # line breaks passed so far
-    bytes: int = 0  # bytes passed so far
-
-    def passing(self, text: str, byte_count: int) -> None:
-        if len(self.head) < RAW_CHARS + 2:
-            self.head += text[: RAW_CHARS + 2 - len(self.head)]
-        self.lines += _line_breaks(text)
-        self.bytes += byte_count
-
-
-def _csv_patterns(delimiter: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """A complete record, and the complete fields of a partial one, as csv's parser sees them.
-
-    A quote opens a quoted field only at the field's start; inside, "" is a quote; after the
-    closing quote the field goes on unquoted (quotes are then plain characters). Possessive
-    quantifiers never backtrack, so a failed match costs one pass over the text.
-    """
-    d = re.escape(delimiter)
-    field = rf'(?:"[^"]*+(?:""[^"]*+)*+"[^{d}\r\n]*+|[^{d}"\r\n][^{d}\r\n]*+)?+'
-    record = re.compile(rf"{field}(?:{d}{field})*+(?:\r\n|\n|\r)")
-    return record, re.compile(rf"(?:{field}{d})*+")
-
-
-def _match_end(pattern: re.Pattern[str], text: str) -> int:
-    """Where pattern's match at the start of text ends (patterns here match at least "")."""
-    found = pattern.match(text)
-    return found.end() if found is not None else 0
-
-
-def _records_stop(buf: str, final: bool) -> int:
-    """Where the complete records of buf stop at the latest: after its last line break.
-
-    A CR at the very end does not count until the next block says whether an LF follows.
-    """
-    end = len(buf) if final or not buf.endswith("\r") else len(buf) - 1
-    return max(buf.rfind("\n", 0, end), buf.rfind("\r", 0, end)) + 1
-
-
-def _group_by_parity(lines: list[str]) -> tuple[list[str], list[str]]:
-    """Join the lines of records spanning lines (odd quote count so far); also return the
-    lines of a record still open at the end."""
-    texts: list[str] = []
-    append = texts.append
-    held: list[str] = []
-    quotes = 0
-    for line in lines:
-        if held:
-            held.append(line)
-            quotes += line.count('"')
-            if not quotes & 1:
-                append("".join(held))
-                held = []
-        elif '"' not in line or not (quotes := line.count('"')) & 1:
-            append(line)
-        else:
-            held = [line]
-    return texts, held
-
-
-def _is_blank(fields: list[str]) -> bool:
-    return not "".join(fields).strip()
-
-
-class CsvReader:
+class CsvReader(RecordReader[RawRecord]):
     """RFC 4180 records from a stream of byte blocks (see the module docstring)."""
+
+    _record_type = RawRecord
 
     def __init__(
         self,
@@ -103,48 +41,21 @@ class CsvReader:
         start_line: int = 1,
         start_offset: int = 0,
     ) -> None:
-        _check_delimiter(sniffed.delimiter)
+        check_delimiter(sniffed.delimiter)
         if csv.field_size_limit() < _CSV_FIELD_LIMIT:
             csv.field_size_limit(_CSV_FIELD_LIMIT)
-        self._decoder = _Decoder(sniffed, at_start=start_offset == 0)
+        super().__init__(
+            sniffed,
+            max_field_chars=max_field_chars,
+            max_record_chars=max_record_chars,
+            start_line=start_line,
+            start_offset=start_offset,
+        )
         self._delimiter = sniffed.delimiter
         self._record, self._complete_fields = _csv_patterns(sniffed.delimiter)
         self._filler = "x" if sniffed.delimiter != "x" else "y"  # any char of an unquoted field
-        self._max_field = max_field_chars
-        self._max_record = max_record_chars
         self._check_over = min(max_field_chars, max_record_chars)
-        self._line = start_line  # line where _buf starts
-        self._offset = start_offset  # byte offset where _buf starts
-        self._buf = ""  # text of the record in progress (after a skip: a state prefix first)
-        self._dirty = False  # whether _buf may hold undecodable bytes
-        self._prefix = 0  # length of that state prefix
-        self._skip: _Skip | None = None
-
-    @property
-    def buffered_chars(self) -> int:
-        """Characters held between feeds (for tests of the memory bound)."""
-        return len(self._buf)
-
-    @property
-    def mojibake(self) -> str | None:
-        """The first UTF-8-read-as-Windows-1252 pattern met ("Ã§"), or None (see _Decoder)."""
-        return self._decoder.mojibake
-
-    @property
-    def encoding(self) -> str:
-        return self._decoder.encoding
-
-    def feed(self, data: bytes) -> list[RawRecord]:
-        """The records completed by data, blank ones left out."""
-        text, bom = self._decoder.decode(data)
-        self._offset += bom
-        return self._consume(text, final=False)
-
-    def finish(self) -> list[RawRecord]:
-        """The last record, which may end without a line break."""
-        text, bom = self._decoder.decode(b"", final=True)
-        self._offset += bom
-        return self._consume(text, final=True)
+        self._prefix = 0  # while skipping, _buf starts with a state prefix of this length
 
     def _consume(self, text: str, final: bool) -> list[RawRecord]:
         buf = self._buf + text if self._buf else text
@@ -162,8 +73,7 @@ class CsvReader:
             last = [buf[end:]]
             out += self._emit(last, iter(self._parse_quoted(last)), suspect=suspect, ends="")
         else:
-            self._hold(buf[end:])
-            self._dirty = dirty and _SURROGATE.search(self._buf) is not None
+            self._hold(buf[end:], dirty)
         return out
 
     def _records(self, buf: str, pos: int, final: bool) -> tuple[list[str], list[list[str]], int]:
@@ -188,7 +98,7 @@ class CsvReader:
         stop = max(pos, _records_stop(buf, final))
         region = buf[pos:stop]
         lines = region.splitlines(keepends=True)
-        if len(lines) != _line_breaks(region):
+        if len(lines) != line_breaks(region):
             return None  # \v \f \x1c-\x1e \x85 \u2028 \u2029 are not line breaks to csv
         if '"' in region:
             lines, held = _group_by_parity(lines)
@@ -247,7 +157,7 @@ class CsvReader:
             content = text.rstrip(ends)  # without its line break
             if '"' in text:
                 fields = next(quoted)
-                line += _line_breaks(text) if "\n" in content or "\r" in content else 1
+                line += line_breaks(text) if "\n" in content or "\r" in content else 1
             else:
                 fields = content.split(delimiter)
                 line += 1
@@ -255,7 +165,7 @@ class CsvReader:
             if suspect or len(text) > check_over:  # (a long blank record is too long too)
                 reason = self._problem(content, fields)
                 if reason is not None:
-                    append(RawRecord(start, None, reason, _display(content), offset, line))
+                    append(RawRecord(start, None, reason, display(content), offset, line))
                     continue
             if (not fields or not fields[0] or fields[0][0].isspace()) and _is_blank(fields):
                 continue
@@ -268,18 +178,10 @@ class CsvReader:
         # A record over the cap is field_too_long whatever it holds: a skipped one is never seen.
         if len(content) > self._max_record:
             return Reason.FIELD_TOO_LONG
-        reason = _char_problem(content)
+        reason = char_problem(content)
         if reason is None and max(map(len, fields), default=0) > self._max_field:
             return Reason.FIELD_TOO_LONG
         return reason
-
-    def _hold(self, tail: str) -> None:
-        """Keep the record in progress, or start skipping it once it passes the cap."""
-        if len(tail) <= self._max_record + 1:  # + 1: a CR waiting for its LF
-            self._buf = tail
-            return
-        self._skip = _Skip(self._line, "")
-        self._compress(tail)
 
     def _compress(self, text: str) -> None:
         """Drop the skipped record's text, keeping csv's state as a short prefix."""
@@ -316,13 +218,61 @@ class CsvReader:
         else:
             self._compress(buf)
             return -1
-        skip = self._skip
-        assert skip is not None  # only called while skipping
-        passed = buf[self._prefix : end]
-        skip.passing(passed, self._decoder.count_bytes(passed))
-        self._offset += skip.bytes
+        skip = self._end_skip(buf[self._prefix : end])
         self._line = skip.line + skip.lines
-        raw = _display(skip.head)
-        out.append(RawRecord(skip.line, None, Reason.FIELD_TOO_LONG, raw, self._offset, self._line))
-        self._skip, self._prefix, self._buf = None, 0, ""
+        out.append(self._too_long(skip))
+        self._prefix, self._buf = 0, ""
         return end
+
+
+def _csv_patterns(delimiter: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A complete record, and the complete fields of a partial one, as csv's parser sees them.
+
+    A quote opens a quoted field only at the field's start; inside, "" is a quote; after the
+    closing quote the field goes on unquoted (quotes are then plain characters). Possessive
+    quantifiers never backtrack, so a failed match costs one pass over the text.
+    """
+    d = re.escape(delimiter)
+    field = rf'(?:"[^"]*+(?:""[^"]*+)*+"[^{d}\r\n]*+|[^{d}"\r\n][^{d}\r\n]*+)?+'
+    record = re.compile(rf"{field}(?:{d}{field})*+(?:\r\n|\n|\r)")
+    return record, re.compile(rf"(?:{field}{d})*+")
+
+
+def _match_end(pattern: re.Pattern[str], text: str) -> int:
+    """Where pattern's match at the start of text ends (patterns here match at least "")."""
+    found = pattern.match(text)
+    return found.end() if found is not None else 0
+
+
+def _records_stop(buf: str, final: bool) -> int:
+    """Where the complete records of buf stop at the latest: after its last line break.
+
+    A CR at the very end does not count until the next block says whether an LF follows.
+    """
+    end = len(buf) if final or not buf.endswith("\r") else len(buf) - 1
+    return max(buf.rfind("\n", 0, end), buf.rfind("\r", 0, end)) + 1
+
+
+def _group_by_parity(lines: list[str]) -> tuple[list[str], list[str]]:
+    """Join the lines of records spanning lines (odd quote count so far); also return the
+    lines of a record still open at the end."""
+    texts: list[str] = []
+    append = texts.append
+    held: list[str] = []
+    quotes = 0
+    for line in lines:
+        if held:
+            held.append(line)
+            quotes += line.count('"')
+            if not quotes & 1:
+                append("".join(held))
+                held = []
+        elif '"' not in line or not (quotes := line.count('"')) & 1:
+            append(line)
+        else:
+            held = [line]
+    return texts, held
+
+
+def _is_blank(fields: list[str]) -> bool:
+    return not "".join(fields).strip()

@@ -1,4 +1,5 @@
-"""What a reader yields: a CSV record, a JSONL object, the sniffed format, a rejected file."""
+"""What the readers yield and share: a CSV record, a JSONL object, the sniffed format, the
+rejection of a file, and the cap on a record's text kept for the error report."""
 
 from __future__ import annotations
 

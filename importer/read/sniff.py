@@ -10,7 +10,7 @@ import charset_normalizer
 
 from importer.core.models import Reason
 from importer.read.records import FileRejected, Sniffed
-from importer.read.text import _ASCII_WIDTH, _ESCAPE, _canonical
+from importer.read.text import ASCII_WIDTH, ESCAPE, canonical
 
 DELIMITERS = (",", ";", "\t", "|")  # the sniffer's candidates, in order of preference on a tie
 
@@ -87,38 +87,13 @@ def sniff(sample: bytes, *, encoding: str | None = None, delimiter: str | None =
         codec, bom_length = _detect_encoding(sample)
     else:
         codec, bom_length = _given_encoding(sample, encoding)
-    text = codecs.getincrementaldecoder(codec)(_ESCAPE).decode(sample[bom_length:])
+    text = codecs.getincrementaldecoder(codec)(ESCAPE).decode(sample[bom_length:])
     if not text.strip():
         raise FileRejected(Reason.EMPTY_FILE, "the file holds no data")
     if delimiter is None:
         return Sniffed(codec, _detect_delimiter(text), bom_length)
-    _check_delimiter(delimiter)
+    check_delimiter(delimiter)
     return Sniffed(codec, delimiter, bom_length)
-
-
-def _bom(sample: bytes) -> tuple[str | None, int]:
-    for bom, codec in _BOMS:
-        if sample.startswith(bom):
-            return codec, len(bom)
-    return None, 0
-
-
-def _detect_encoding(sample: bytes) -> tuple[str, int]:
-    codec, bom_length = _bom(sample)
-    if codec is not None:
-        return codec, bom_length
-    if prefers_utf8(utf8_evidence(sample)):
-        return "utf-8", 0
-    best = charset_normalizer.from_bytes(sample).best()
-    if best is not None and not _LATIN_CODE_PAGES.isdisjoint(best.could_be_from_charset):
-        return "cp1252", 0
-    if _reads_as_western(sample):
-        return "cp1252", 0
-    guess = best.encoding if best is not None else "nothing"
-    raise FileRejected(
-        Reason.UNSUPPORTED_ENCODING,
-        f"not UTF-8, UTF-16 with a BOM or Windows-1252 (detected: {guess})",
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +113,7 @@ def utf8_evidence(sample: bytes) -> Utf8Evidence:
     neither valid nor corrupt (the sample is a file's first 64 KiB). Each run of undecodable
     bytes counts once, whatever its length (a lone byte, a truncated or overlong sequence).
     """
-    text = codecs.getincrementaldecoder("utf-8")(_ESCAPE).decode(sample)
+    text = codecs.getincrementaldecoder("utf-8")(ESCAPE).decode(sample)
     if text.isascii():
         return Utf8Evidence(0, 0, 0)
     return Utf8Evidence(
@@ -163,6 +138,36 @@ def prefers_utf8(evidence: Utf8Evidence) -> bool:
     return evidence.corrupt <= _CORRUPT_PER_VALID * weight
 
 
+def check_delimiter(delimiter: str) -> None:
+    if len(delimiter) != 1 or delimiter in '"\r\n':
+        raise ValueError(f"a delimiter is one character, not a quote or line break: {delimiter!r}")
+
+
+def _detect_encoding(sample: bytes) -> tuple[str, int]:
+    codec, bom_length = _bom(sample)
+    if codec is not None:
+        return codec, bom_length
+    if prefers_utf8(utf8_evidence(sample)):
+        return "utf-8", 0
+    best = charset_normalizer.from_bytes(sample).best()
+    if best is not None and not _LATIN_CODE_PAGES.isdisjoint(best.could_be_from_charset):
+        return "cp1252", 0
+    if _reads_as_western(sample):
+        return "cp1252", 0
+    guess = best.encoding if best is not None else "nothing"
+    raise FileRejected(
+        Reason.UNSUPPORTED_ENCODING,
+        f"not UTF-8, UTF-16 with a BOM or Windows-1252 (detected: {guess})",
+    )
+
+
+def _bom(sample: bytes) -> tuple[str | None, int]:
+    for bom, codec in _BOMS:
+        if sample.startswith(bom):
+            return codec, len(bom)
+    return None, 0
+
+
 def _reads_as_western(sample: bytes) -> bool:
     """Whether the sample reads as Windows-1252 text with accents here and there.
 
@@ -180,14 +185,21 @@ def _reads_as_western(sample: bytes) -> bool:
 def _given_encoding(sample: bytes, encoding: str) -> tuple[str, int]:
     """The given codec and no BOM, unless the sample starts with a BOM, which wins (as in the
     WHATWG Encoding standard: a layout saying cp1252 must not garble an Excel UTF-8 export)."""
-    codec = _canonical(encoding)
+    codec = canonical(encoding)
     bom_codec, bom_length = _bom(sample)
     if bom_codec is not None:
         return bom_codec, bom_length
     codec = _UNMARKED.get(codec, codec)
-    if codec not in _ASCII_WIDTH:
+    if codec not in ASCII_WIDTH:
         raise FileRejected(Reason.UNSUPPORTED_ENCODING, f"encoding {encoding!r} not supported")
     return codec, 0
+
+
+def _detect_delimiter(text: str) -> str:
+    unquoted = _QUOTED_SPAN.sub("", _first_record(text))
+    counts = [unquoted.count(delimiter) for delimiter in DELIMITERS]
+    most = max(counts)
+    return DELIMITERS[counts.index(most)] if most else ","
 
 
 def _first_record(text: str) -> str:
@@ -201,15 +213,3 @@ def _first_record(text: str) -> str:
             if quotes % 2 == 0:
                 break
     return "\n".join(lines)
-
-
-def _detect_delimiter(text: str) -> str:
-    unquoted = _QUOTED_SPAN.sub("", _first_record(text))
-    counts = [unquoted.count(delimiter) for delimiter in DELIMITERS]
-    most = max(counts)
-    return DELIMITERS[counts.index(most)] if most else ","
-
-
-def _check_delimiter(delimiter: str) -> None:
-    if len(delimiter) != 1 or delimiter in '"\r\n':
-        raise ValueError(f"a delimiter is one character, not a quote or line break: {delimiter!r}")

@@ -1,7 +1,11 @@
 """Text from bytes: the incremental decoder, the undecodable-byte escape and the character checks.
 
-Undecodable bytes are decoded as lone surrogates (U+DC00 + byte) by the ``importer.bytes``
-error handler, so a bad record never stops the stream and is reported with its line.
+:class:`Decoder` turns one stream's bytes into text (BOM dropped, bytes counted back, an eye on
+mojibake) for the codecs accepted (``ASCII_WIDTH``, by :func:`canonical` name); :func:`display`
+is a record's text as the report shows it and :func:`char_problem` the record's encoding or NUL
+problem. Undecodable bytes are decoded as lone surrogates (U+DC00 + byte) by the
+``importer.bytes`` error handler (``ESCAPE``), so a bad record never stops the stream and is
+reported with its line.
 """
 
 from __future__ import annotations
@@ -14,11 +18,11 @@ from collections.abc import Callable
 from importer.core.models import Reason
 from importer.read.records import RAW_CHARS, FileRejected, Sniffed
 
-_ESCAPE = "importer.bytes"  # decoding error handler: undecodable byte b -> U+DC00 + b
+ESCAPE = "importer.bytes"  # decoding error handler: undecodable byte b -> U+DC00 + b
 
 
 # The codecs accepted (SPEC "Input"), with the bytes one ASCII character takes in each.
-_ASCII_WIDTH = {
+ASCII_WIDTH = {
     "utf-8": 1,
     "cp1252": 1,
     "iso8859-1": 1,
@@ -34,7 +38,7 @@ _ASCII_WIDTH = {
 _SINGLE_BYTE = frozenset({"cp1252", "iso8859-1", "iso8859-15", "ascii"})
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 _BAD_CHAR = re.compile("[\x00\ud800-\udfff]")  # an undecodable byte or a NUL
@@ -62,57 +66,7 @@ _MOJIBAKE_CLASSES = bytes(
 _MOJIBAKE = (_LEAD2 + _CONT, _LEAD3 + _CONT * 2, _LEAD4 + _CONT * 3)
 
 
-class _Tally(threading.local):
-    """Undecodable sequences met so far in this thread, so that a decoder knows whether a
-    block had any without scanning its text."""
-
-    decode_errors = 0
-
-
-_TALLY = _Tally()
-
-
-def _escape_bytes(exc: UnicodeError) -> tuple[str, int]:
-    """Decode each undecodable byte b as U+DC00+b.
-
-    Like "surrogateescape", but for bytes under 0x80 too (UTF-16's unpaired surrogates).
-    """
-    if not isinstance(exc, UnicodeDecodeError):
-        raise exc
-    _TALLY.decode_errors += 1
-    bad = exc.object[exc.start : exc.end]
-    return "".join([chr(0xDC00 + byte) for byte in bad]), exc.end
-
-
-codecs.register_error(_ESCAPE, _escape_bytes)
-
-
-def _canonical(encoding: str) -> str:
-    try:
-        return codecs.lookup(encoding).name
-    except LookupError:
-        raise FileRejected(Reason.UNSUPPORTED_ENCODING, f"unknown encoding {encoding!r}") from None
-
-
-def _byte_counter(encoding: str) -> Callable[[str], int]:
-    """How many bytes of the input a decoded text came from (escaped bytes count one)."""
-    if encoding in _SINGLE_BYTE:
-        return len
-    if encoding == "utf-8":
-        return lambda text: len(text.encode("utf-8", "surrogateescape"))
-    extra = _ASCII_WIDTH[encoding] - 1  # an escaped byte re-encodes as a whole code unit
-
-    def count(text: str) -> int:
-        try:
-            return len(text.encode(encoding))
-        except UnicodeEncodeError:  # escaped bytes
-            escaped = len(_SURROGATE.findall(text))
-            return len(text.encode(encoding, "surrogatepass")) - escaped * extra
-
-    return count
-
-
-class _Decoder:
+class Decoder:
     """Bytes to text for one stream: drops the BOM, decodes incrementally, counts bytes back.
 
     A single-byte code page also watches the bytes for UTF-8 sequences typical of UTF-8 text
@@ -125,11 +79,11 @@ class _Decoder:
     )
 
     def __init__(self, sniffed: Sniffed, *, at_start: bool) -> None:
-        encoding = _canonical(sniffed.encoding)
-        width = _ASCII_WIDTH.get(encoding)
+        encoding = canonical(sniffed.encoding)
+        width = ASCII_WIDTH.get(encoding)
         if width is None:
             raise FileRejected(Reason.UNSUPPORTED_ENCODING, f"encoding {encoding!r} not supported")
-        self._decoder = codecs.getincrementaldecoder(encoding)(_ESCAPE)
+        self._decoder = codecs.getincrementaldecoder(encoding)(ESCAPE)
         self._bom_left = sniffed.bom_length if at_start else 0
         self.ascii_width = width
         self.byte_len = _byte_counter(encoding)
@@ -161,18 +115,68 @@ class _Decoder:
         return len(text) * self.ascii_width if text.isascii() else self.byte_len(text)
 
 
-def _escaped(match: re.Match[str]) -> str:
-    return f"\\x{ord(match.group()) & 0xFF:02x}"
-
-
-def _display(text: str) -> str:
+def display(text: str) -> str:
     """A record's text as the report shows it: no line break, cut, bad bytes as \\xNN."""
     return _BAD_CHAR.sub(_escaped, text[: RAW_CHARS + 2].rstrip("\r\n"))[:RAW_CHARS]
 
 
-def _char_problem(text: str) -> Reason | None:
-    if _SURROGATE.search(text) is not None:
+def char_problem(text: str) -> Reason | None:
+    if SURROGATE.search(text) is not None:
         return Reason.INVALID_ENCODING
     if "\x00" in text:
         return Reason.NUL_BYTE
     return None
+
+
+def canonical(encoding: str) -> str:
+    try:
+        return codecs.lookup(encoding).name
+    except LookupError:
+        raise FileRejected(Reason.UNSUPPORTED_ENCODING, f"unknown encoding {encoding!r}") from None
+
+
+def _byte_counter(encoding: str) -> Callable[[str], int]:
+    """How many bytes of the input a decoded text came from (escaped bytes count one)."""
+    if encoding in _SINGLE_BYTE:
+        return len
+    if encoding == "utf-8":
+        return lambda text: len(text.encode("utf-8", "surrogateescape"))
+    extra = ASCII_WIDTH[encoding] - 1  # an escaped byte re-encodes as a whole code unit
+
+    def count(text: str) -> int:
+        try:
+            return len(text.encode(encoding))
+        except UnicodeEncodeError:  # escaped bytes
+            escaped = len(SURROGATE.findall(text))
+            return len(text.encode(encoding, "surrogatepass")) - escaped * extra
+
+    return count
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()) & 0xFF:02x}"
+
+
+class _Tally(threading.local):
+    """Undecodable sequences met so far in this thread, so that a decoder knows whether a
+    block had any without scanning its text."""
+
+    decode_errors = 0
+
+
+_TALLY = _Tally()
+
+
+def _escape_bytes(exc: UnicodeError) -> tuple[str, int]:
+    """Decode each undecodable byte b as U+DC00+b.
+
+    Like "surrogateescape", but for bytes under 0x80 too (UTF-16's unpaired surrogates).
+    """
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    _TALLY.decode_errors += 1
+    bad = exc.object[exc.start : exc.end]
+    return "".join([chr(0xDC00 + byte) for byte in bad]), exc.end
+
+
+codecs.register_error(ESCAPE, _escape_bytes)

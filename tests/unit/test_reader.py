@@ -1,4 +1,4 @@
-"""importer.reader: sniffing, CSV and JSONL records from byte blocks, gzip with a cap."""
+"""importer.read: sniffing, CSV and JSONL records from byte blocks, gzip with a cap."""
 
 from __future__ import annotations
 
