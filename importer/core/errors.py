@@ -1,6 +1,15 @@
-"""One exception root; each subclass's docstring is its default message."""
+"""One exception root; each subclass's docstring is its default message.
+
+Each class also says how the HTTP edge answers it: ``http_status`` and ``code`` (the API's
+``{"error": code, "message": ...}``), inherited like any class attribute, so a subclass answers
+as its nearest ancestor unless it names its own. A 5xx answer carries ``http_message`` instead
+of the error's own text: driver and storage texts stay in the logs. Errors no route raises keep
+the root's 500 ``internal_error``.
+"""
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 from importer.core.models import Reason
 from importer.core.unreachable import explain, mask_url
@@ -8,6 +17,10 @@ from importer.core.unreachable import explain, mask_url
 
 class ImporterError(Exception):
     """An importer error occurred."""
+
+    http_status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal_error"
+    http_message: ClassVar[str] = "internal error"  # a 5xx answer's message (never str(self))
 
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message or (self.__doc__ or "").strip())
@@ -23,6 +36,9 @@ class LayoutError(ImporterError):
     ``field`` is the path of the part at fault inside the layout (``layout.delimeter``,
     ``layout.columns.Zap``), so an API client gets it in its ``[{field, message}]`` list.
     """
+
+    http_status = 400
+    code = "invalid_layout"
 
     def __init__(self, message: str, field: str = "layout") -> None:
         super().__init__(message)
@@ -41,13 +57,23 @@ class FileRejectedError(ImporterError):
 class JobNotFoundError(ImporterError):
     """The import job does not exist."""
 
+    http_status = 404
+    code = "not_found"
+
 
 class IllegalTransitionError(ImporterError):
     """The job cannot move to that status from its current one."""
 
+    http_status = 409
+    code = "illegal_transition"
+
 
 class StoreError(ImporterError):
     """The database refused or lost an operation."""
+
+    http_status = 503
+    code = "database_unavailable"
+    http_message = "the database is unavailable; retry later"
 
 
 class TransientStoreError(StoreError):
@@ -68,9 +94,15 @@ class BatchAlreadyAppliedError(ImporterError):
 class ImportAlreadyAppliedError(ImporterError):
     """The import has already started or finished: it cannot be applied again."""
 
+    http_status = 409
+    code = "import_already_applied"
+
 
 class JobNotReadyError(ImporterError):
     """The import's file has not been uploaded yet."""
+
+    http_status = 409
+    code = "not_uploaded"
 
 
 class LaneNotReadyError(ImporterError):
@@ -99,21 +131,37 @@ class LeaseLostError(ImporterError):
 class StorageError(ImporterError):
     """The object store refused or lost an operation."""
 
+    http_status = 503
+    code = "storage_unavailable"
+    http_message = "the object store is unavailable; retry later"
+
 
 class ObjectNotFoundError(StorageError):
     """The object does not exist."""
+
+    http_status = 404
+    code = "not_found"
 
 
 class ObjectTooLargeError(StorageError):
     """The object is larger than the configured limit."""
 
+    http_status = 413
+    code = "too_large"
+
 
 class ChecksumMismatchError(StorageError):
     """The object's size or sha256 differs from the values sealed on the import."""
 
+    http_status = 409
+    code = "checksum_mismatch"
+
 
 class InvalidObjectKeyError(StorageError):
     """The object key is empty, too long, absolute, or has a NUL or a '.', '..' or empty segment."""
+
+    http_status = 400
+    code = "invalid_key"
 
 
 # --- message broker ---------------------------------------------------------------------------
@@ -121,6 +169,10 @@ class InvalidObjectKeyError(StorageError):
 
 class BrokerError(ImporterError):
     """The message broker refused or lost a message (nack, return, or a lost connection)."""
+
+    http_status = 503
+    code = "broker_unavailable"
+    http_message = "the message broker is unavailable; retry later"
 
 
 class MalformedMessageError(ImporterError):
@@ -133,9 +185,15 @@ class MalformedMessageError(ImporterError):
 class AuthenticationError(ImporterError):
     """The bearer token is missing, malformed, expired or badly signed."""
 
+    http_status = 401
+    code = "unauthorized"
+
 
 class PermissionDeniedError(ImporterError):
     """The token does not grant the permission this operation needs."""
+
+    http_status = 403
+    code = "forbidden"
 
 
 # --- http -------------------------------------------------------------------------------------
@@ -143,6 +201,9 @@ class PermissionDeniedError(ImporterError):
 
 class InvalidRequestError(ImporterError):
     """The request is invalid."""
+
+    http_status = 400
+    code = "invalid_request"  # not answered: a 400's body is the list of field problems
 
     def __init__(self, problems: list[tuple[str, str]]) -> None:
         super().__init__("; ".join(f"{field}: {message}" for field, message in problems))
@@ -152,21 +213,36 @@ class InvalidRequestError(ImporterError):
 class LayoutNotFoundError(ImporterError):
     """The layout does not exist."""
 
+    http_status = 404
+    code = "not_found"
+
 
 class UploadMissingError(ImporterError):
     """The file has not been uploaded yet: PUT it to the upload URL first."""
+
+    http_status = 409
+    code = "upload_missing"
 
 
 class RequestTooLargeError(ImporterError):
     """The request body is larger than the configured limit."""
 
+    http_status = 413
+    code = "too_large"
+
 
 class UnsupportedMediaTypeError(ImporterError):
     """The request's Content-Type is not accepted here."""
 
+    http_status = 415
+    code = "unsupported_media_type"
+
 
 class RateLimitedError(ImporterError):
     """Too many imports created; retry later."""
+
+    http_status = 429
+    code = "rate_limited"
 
     def __init__(self, retry_after_s: int, message: str | None = None) -> None:
         super().__init__(message)
@@ -179,6 +255,9 @@ class AcceleratorError(ImporterError):
 
 class NoBrokerError(ImporterError):
     """No message broker is configured (RABBITMQ_URL): there is no dead-letter queue."""
+
+    http_status = 409
+    code = "no_broker"
 
 
 # --- services that do not answer -------------------------------------------------------------

@@ -1,9 +1,10 @@
 """The HTTP API's use cases: create, upload, start, watch, list and cancel imports; layouts.
 
-:class:`ImportService` is what ``http/app.py`` calls: the edge parses HTTP, this module decides. The
-caller is always a verified :class:`Principal`; tenant and user come from it, never from a body.
-Decisions that need no I/O are plain functions, tested on their own: the job's document with
-progress and ETA and the history cursor below, request validation in ``options.py``.
+:class:`ImportService` is what the routes (``http/routes/``) call: the edge parses HTTP, this
+module decides. The caller is always a verified :class:`Principal`; tenant and user come from
+it, never from a body. Decisions that need no I/O are plain functions, tested on their own:
+the job's document with progress and ETA and the history cursor below, request validation in
+``options.py``.
 
 Visibility: a job belongs to the user who created it. A caller without ``IMPORT.ADMIN`` sees and
 acts on its own jobs only (another user's job answers 404, like another tenant's); an admin sees

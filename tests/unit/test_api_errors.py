@@ -18,7 +18,7 @@ from importer.core.errors import (
     StoreError,
     TransientStoreError,
 )
-from importer.http.app import error_response
+from importer.http.errors import error_response
 
 
 @pytest.mark.parametrize(
