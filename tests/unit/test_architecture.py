@@ -2,8 +2,9 @@
 
 ``core/`` imports only itself, the standard library, orjson and the two pure libraries of
 normalization; ``read/`` and ``pipeline/`` the core and the ports; ``services/`` the core, the
-ports, ``read/``, the pipeline and the settings (a value); only ``adapters/`` import a driver; only the edges (``http/``,
-``cli``, ``server``, ``wiring``) import an adapter. Nothing below the edges reads ``os.environ``.
+ports, ``read/``, the pipeline and the settings (a value); only ``adapters/`` import a driver;
+only the edges (``http/``, ``cli``, ``server``, ``wiring``) import an adapter. Nothing below the
+edges reads ``os.environ``.
 """
 
 from __future__ import annotations

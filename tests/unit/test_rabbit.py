@@ -22,6 +22,7 @@ from importer.adapters.rabbit.broker import (
 from importer.core.errors import ConfigurationError
 from importer.services.relay import BACKOFF_MAX_S, backoff_s
 from importer.settings import Settings
+from importer.wiring import broker_topology
 
 MAIN = "contact-import/insert"
 RETRY = "contact-import/insert-retry"
@@ -67,7 +68,7 @@ def test_prefix_applies_to_every_queue_and_settings_reach_the_topology() -> None
     settings = Settings.from_environ(
         {"IMPORTER_QUEUE_PREFIX": "t-1/", "IMPORTER_RETRY_DELAY_MS": "500"}
     )
-    topology = Topology.from_settings(settings)
+    topology = broker_topology(settings)
     names = [
         topology.main,
         topology.retry,
