@@ -12,8 +12,8 @@ from pathlib import Path
 import aio_pika
 import pytest
 
-from importer.adapters.rabbit.broker import Topology
 from importer.settings import Settings
+from importer.wiring import broker_topology
 from tests.support import cpf, fetch, write_csv
 
 pytestmark = pytest.mark.acceptance
@@ -114,7 +114,7 @@ async def test_dlq_commands(db_dsn: str) -> None:
         connection = await aio_pika.connect(RABBITMQ_URL)
         try:
             channel = await connection.channel()
-            for name in Topology.from_settings(Settings(queue_prefix=prefix)).queue_arguments():
+            for name in broker_topology(Settings(queue_prefix=prefix)).queue_arguments():
                 await channel.queue_delete(name)
         finally:
             await connection.close()
