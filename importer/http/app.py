@@ -27,8 +27,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from importer import wiring
+from importer.adapters.postgres.admin import PostgresAdmin
 from importer.adapters.postgres.catalog import CatalogStore
-from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.postgres.pool import connect_pool
+from importer.adapters.postgres.queue import PostgresJobQueue
+from importer.adapters.postgres.store import PostgresStore
+from importer.adapters.postgres.views import PostgresJobViews
 from importer.core.errors import (
     AuthenticationError,
     BrokerError,
@@ -224,7 +228,7 @@ async def open_resources(
         settings.database_url, pool_size(settings), lock_timeout_ms=settings.lock_timeout_ms
     )
     # The workers share one store: one LISTEN connection wakes them when a job is queued.
-    queue = PostgresStore(pool, dsn=settings.database_url)
+    queue = PostgresJobQueue(pool, dsn=settings.database_url)
     try:
         store = PostgresStore(pool)
         async with (
@@ -236,7 +240,7 @@ async def open_resources(
                 on_fatal,
             ) as fanout,
         ):
-            catalog = CatalogStore(pool, store)
+            catalog = CatalogStore(pool)
 
             def make_worker(owner: str, stop: asyncio.Event) -> Worker:
                 return Worker(
@@ -251,12 +255,14 @@ async def open_resources(
                 )
 
             workers = WorkerGroup(make_worker, settings.workers_per_process, on_fatal, metrics)
-            service = ImportService(store, catalog, objects, settings)
+            service = ImportService(PostgresJobViews(pool), catalog, objects, settings)
             relay = wiring.outbox_relay(settings, pool)
             app.state.resources = Resources(
                 settings, service, verifier, catalog, objects, workers, metrics, relay, accelerator
             )
-            app.state.resources.admin = AdminService(store, wiring.dead_letter_queue(settings))
+            app.state.resources.admin = AdminService(
+                PostgresAdmin(pool), wiring.dead_letter_queue(settings)
+            )
             if accelerator is not None:
                 accelerator.hub.start()
             workers.start()
