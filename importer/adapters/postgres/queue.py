@@ -97,7 +97,7 @@ class PostgresJobQueue(PostgresStore):
                 await conn.add_listener(JOBS_CHANNEL, on_queued)
                 try:
                     await wait_cleared(queued, timeout_s)
-                finally:  # the pool's reset does not UNLISTEN (see _keep_session)
+                finally:  # the pool's reset does not UNLISTEN (see pool._keep_session)
                     await conn.remove_listener(JOBS_CHANNEL, on_queued)
 
     async def close(self) -> None:
