@@ -28,7 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.generate import generate
 from benchmarks.run import cpu_seconds, fresh_database, postgres_cpu_seconds
-from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.postgres.pool import connect_pool
+from importer.adapters.postgres.store import PostgresStore
+from importer.adapters.postgres.views import PostgresJobViews
 from importer.adapters.rabbit.broker import Topology
 from importer.adapters.storage.local import LocalObjectStore
 from importer.core.models import JobStatus, NewJob
@@ -152,7 +154,7 @@ async def run_setting(path: Path, rows: int, instances: int, broker: bool) -> Re
 async def start(dsn: str, job_id: uuid.UUID) -> None:
     pool = await connect_pool(dsn, 1)
     try:
-        await PostgresStore(pool).start_job(CLIENT, job_id, "bench")
+        await PostgresJobViews(pool).start_job(CLIENT, job_id, "bench")
     finally:
         await pool.close()
 

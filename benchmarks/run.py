@@ -32,7 +32,7 @@ import asyncpg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.generate import generate
-from importer.adapters.postgres.store import migrate
+from importer.adapters.postgres.pool import migrate
 from importer.core.layout import plan_for_header
 from importer.core.models import ConflictStrategy, ContactRow, Limits
 from importer.core.reference import ReferenceModel

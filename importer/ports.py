@@ -396,7 +396,7 @@ class MessagePublisher(Protocol):
 
 
 class JobStore(Protocol):
-    """The jobs side of :class:`importer.adapters.postgres.store.PostgresStore`."""
+    """The API's jobs (:class:`importer.adapters.postgres.views.PostgresJobViews`)."""
 
     async def view_job(self, client_id: int, job_id: uuid.UUID) -> JobView: ...
 

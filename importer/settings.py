@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from importer.adapters.postgres.pool import DEFAULT_LOCK_TIMEOUT_MS
 from importer.core import failpoints
 from importer.core.errors import ConfigurationError
 from importer.core.models import Limits
@@ -39,10 +40,6 @@ DEFAULT_BUCKET = "importer"
 # A worker's (or the CLI's) lease on a job: renewed every third of it; a dead worker's job is
 # reclaimed after it, a dead CLI import is abandoned (resumable).
 DEFAULT_LEASE_SECONDS = 30.0
-
-
-# A statement waiting longer than this for a lock fails (the batch is retried, then discarded).
-DEFAULT_LOCK_TIMEOUT_MS = 30_000
 
 
 # Imports one client may run at once across all workers: one tenant cannot take every worker.

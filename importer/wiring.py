@@ -15,8 +15,12 @@ from typing import TYPE_CHECKING
 import asyncpg
 import structlog
 
+from importer.adapters.postgres.admin import PostgresAdmin
 from importer.adapters.postgres.outbox import PostgresOutbox
-from importer.adapters.postgres.store import PostgresStore, connect_pool, migrate
+from importer.adapters.postgres.pool import connect_pool, migrate
+from importer.adapters.postgres.queue import PostgresJobQueue
+from importer.adapters.postgres.store import PostgresStore
+from importer.adapters.postgres.views import PostgresJobViews
 from importer.adapters.storage.local import LocalObjectStore
 from importer.core.errors import AcceleratorError, ConfigurationError
 from importer.core.models import Job
@@ -191,7 +195,7 @@ async def run_import(
         settings.database_url, request.concurrency + 3, lock_timeout_ms=settings.lock_timeout_ms
     )
     try:
-        store = PostgresStore(pool)
+        store = PostgresJobQueue(pool)
         async with interrupt_on_signals(interrupt) as stop:
             outcome = await import_source(
                 store,
@@ -222,7 +226,7 @@ async def run_resume(
         settings.database_url, settings.concurrency + 3, lock_timeout_ms=settings.lock_timeout_ms
     )
     try:
-        store = PostgresStore(pool)
+        store = PostgresJobQueue(pool)
         async with interrupt_on_signals(interrupt) as stop:
             outcome = await resume_job(
                 store,
@@ -239,7 +243,7 @@ async def run_resume(
         await pool.close()
 
 
-async def _write_report(store: PostgresStore, outcome: ImportOutcome, out: Path | None) -> None:
+async def _write_report(store: Store, outcome: ImportOutcome, out: Path | None) -> None:
     if out is not None:
         with out.open("w", encoding="utf-8", newline="") as handle:
             await write_csv_report(store.row_issues(outcome.job_id), handle)
@@ -262,7 +266,7 @@ async def run_workers(settings: Settings, count: int) -> None:
 
     size = pool_size(settings, count, others=LISTEN_CONNECTIONS)
     pool = await connect_pool(settings.database_url, size, lock_timeout_ms=settings.lock_timeout_ms)
-    store = PostgresStore(pool, dsn=settings.database_url)
+    store = PostgresJobQueue(pool, dsn=settings.database_url)
     objects = object_store(settings)
     metrics = PipelineMetrics()
     try:
@@ -439,11 +443,11 @@ def dead_letter_queue(settings: Settings) -> DeadLetterQueue | None:
 
 
 @contextlib.asynccontextmanager
-async def job_reader(settings: Settings) -> AsyncIterator[PostgresStore]:
+async def job_reader(settings: Settings) -> AsyncIterator[PostgresJobViews]:
     """The jobs as the owner's ``importer status`` and ``importer history`` read them."""
     pool = await connect_pool(settings.database_url, 1)
     try:
-        yield PostgresStore(pool)
+        yield PostgresJobViews(pool)
     finally:
         await pool.close()
 
@@ -453,6 +457,6 @@ async def admin_service(settings: Settings) -> AsyncIterator[AdminService]:
     """The owner's operations for the command line, on DATABASE_URL and RABBITMQ_URL."""
     pool = await connect_pool(settings.database_url, 2)
     try:
-        yield AdminService(PostgresStore(pool), dead_letter_queue(settings))
+        yield AdminService(PostgresAdmin(pool), dead_letter_queue(settings))
     finally:
         await pool.close()

@@ -22,7 +22,7 @@ import asyncpg
 import pytest
 from hypothesis import HealthCheck, settings
 
-from importer.adapters.postgres.store import migrate
+from importer.adapters.postgres.pool import migrate
 
 # Hypothesis judges its input generation by the wall clock; scripts/test runs the unit tier at a
 # lower priority beside the service tiers on two cores, where a second of starvation says nothing

@@ -13,7 +13,10 @@ from typing import TypeVar
 
 import asyncpg
 
-from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.postgres.admin import PostgresAdmin
+from importer.adapters.postgres.pool import connect_pool
+from importer.adapters.postgres.queue import PostgresJobQueue
+from importer.adapters.postgres.views import PostgresJobViews
 from importer.adapters.storage.local import LocalObjectStore
 from importer.core.models import Counters, JobStatus, NewJob
 from importer.services.runs import format_for
@@ -29,8 +32,10 @@ WAIT_S = 30.0  # every wait for the database is bounded by this
 class Env:
     dsn: str
     pool: asyncpg.Pool
-    store: PostgresStore
+    store: PostgresJobQueue
     objects: LocalObjectStore
+    views: PostgresJobViews
+    admin: PostgresAdmin
 
 
 def contacts_csv(path: Path, rows: int, *, first: int = 0) -> Path:
@@ -151,13 +156,14 @@ def as_tuple(c: Counters) -> tuple[int, ...]:
 
 @contextlib.asynccontextmanager
 async def job_env(dsn: str, tmp_path: Path) -> AsyncIterator[Env]:
-    """A store with its LISTEN dsn and a local object store, closed at the end."""
+    """A job queue with its LISTEN dsn, the API's and the owner's job classes and a local object
+    store, closed at the end."""
     pool = await connect_pool(dsn, 8)
-    store = PostgresStore(pool, dsn=dsn)
+    store = PostgresJobQueue(pool, dsn=dsn)
     objects = LocalObjectStore(tmp_path / "objects")
     await objects.ensure_bucket()
     try:
-        yield Env(dsn, pool, store, objects)
+        yield Env(dsn, pool, store, objects, PostgresJobViews(pool), PostgresAdmin(pool))
     finally:
         await store.close()
         await pool.close()

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import asyncpg
 
-from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.postgres.pool import connect_pool
+from importer.adapters.postgres.queue import PostgresJobQueue
 from importer.adapters.storage.files import LocalFileSource
 from importer.core.layout import Layout
 from importer.core.models import Channel, ConflictStrategy, InputFormat
@@ -52,7 +53,9 @@ async def import_file(
     )
     pool = await connect_pool(dsn, concurrency + 2)  # + the client's turn, + one
     try:
-        outcome = await import_source(PostgresStore(pool), LocalFileSource(path), request, settings)
+        outcome = await import_source(
+            PostgresJobQueue(pool), LocalFileSource(path), request, settings
+        )
     finally:
         await pool.close()
     assert outcome.counters.balanced, outcome.counters

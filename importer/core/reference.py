@@ -174,7 +174,7 @@ class InMemoryStore:
         return lifecycle.checkpoint(self.positions.get(job_id, {}), partitions)
 
     def _in_lane(self, job: Job, batch: Batch) -> bool:
-        """PostgresStore._in_lane, in memory."""
+        """PostgresBatches._in_lane, in memory."""
         key = (job.id, batch.partition)
         position = self.lanes.get(key)
         if position is None:
@@ -194,7 +194,7 @@ class InMemoryStore:
 
     @contextlib.asynccontextmanager
     async def client_turn(self, client_id: int, stop: asyncio.Event) -> AsyncIterator[bool]:
-        """PostgresStore.client_turn, in memory (one event loop)."""
+        """PostgresBatches.client_turn, in memory (one event loop)."""
         lock = self.turns.setdefault(client_id, asyncio.Lock())
         waiter = asyncio.ensure_future(lock.acquire())
         stopped = asyncio.ensure_future(stop.wait())

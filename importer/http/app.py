@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 from collections.abc import AsyncIterator, Callable
 
 import structlog
 from fastapi import FastAPI
 
 from importer import wiring
+from importer.adapters.postgres.admin import PostgresAdmin
 from importer.adapters.postgres.catalog import CatalogStore
-from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.postgres.pool import connect_pool
+from importer.adapters.postgres.queue import PostgresJobQueue
+from importer.adapters.postgres.store import PostgresStore
+from importer.adapters.postgres.views import PostgresJobViews
 from importer.adapters.storage.local import LocalObjectStore
 from importer.http import console
 from importer.http.auth import TokenVerifier
@@ -64,7 +69,7 @@ async def open_resources(
         settings.database_url, pool_size(settings), lock_timeout_ms=settings.lock_timeout_ms
     )
     # The workers share one store: one LISTEN connection wakes them when a job is queued.
-    queue = PostgresStore(pool, dsn=settings.database_url)
+    queue = PostgresJobQueue(pool, dsn=settings.database_url)
     try:
         store = PostgresStore(pool)
         async with (
@@ -76,7 +81,7 @@ async def open_resources(
                 on_fatal,
             ) as fanout,
         ):
-            catalog = CatalogStore(pool, store)
+            catalog = CatalogStore(pool)
 
             supervisor = Supervisor(asyncio.Event(), on_fatal, metrics.workers.set)
             workers = [
@@ -93,7 +98,7 @@ async def open_resources(
                 )
                 for index in range(settings.workers_per_process)
             ]
-            service = ImportService(store, catalog, objects, settings)
+            service = ImportService(PostgresJobViews(pool), catalog, objects, settings)
             relay = wiring.outbox_relay(settings, pool)
             app.state.resources = Resources(
                 settings,
@@ -106,7 +111,9 @@ async def open_resources(
                 relay,
                 accelerator,
             )
-            app.state.resources.admin = AdminService(store, wiring.dead_letter_queue(settings))
+            app.state.resources.admin = AdminService(
+                PostgresAdmin(pool), wiring.dead_letter_queue(settings)
+            )
             if accelerator is not None:
                 accelerator.hub.start()
             supervisor.start(workers, relay)
@@ -136,7 +143,7 @@ def create_app(settings: Settings, *, on_fatal: Callable[[], None] | None = None
 
     app = FastAPI(
         title="importer",
-        version="0.1.0",
+        version=importlib.metadata.version("importer"),
         summary="Imports huge contact lists (CSV/JSONL) into PostgreSQL, exactly.",
         lifespan=lifespan,
         docs_url="/docs",

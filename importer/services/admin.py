@@ -44,7 +44,8 @@ MAX_LIST_LIMIT = 100
 
 
 class AdminStore(Protocol):
-    """The owner's side of :class:`importer.adapters.postgres.store.PostgresStore`."""
+    """The owner's operations on the jobs; on PostgreSQL,
+    :class:`importer.adapters.postgres.admin.PostgresAdmin`."""
 
     async def requeue_job(
         self, client_id: int | None, job_id: uuid.UUID, operation_id: str

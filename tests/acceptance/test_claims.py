@@ -1,5 +1,5 @@
 """Catalog T14 at scale: two processes, eight asyncio tasks each, claim 1,000 queued jobs as fast
-as they can through the workers' own claim (`PostgresStore.claim_job`: `FOR UPDATE SKIP LOCKED`
+as they can through the workers' own claim (`PostgresJobQueue.claim_job`: `FOR UPDATE SKIP LOCKED`
 under a lease). Every job is claimed exactly once, by one task of one process, and its lease
 names that claimer; a task that finds nothing left gets None, never an error."""
 
@@ -28,11 +28,12 @@ LEASE_S = 300.0
 # One claiming process: TASKS tasks claim until none finds a job; prints {"owner": [ids]}.
 CLAIMER = """
 import asyncio, sys, orjson
-from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.postgres.pool import connect_pool
+from importer.adapters.postgres.queue import PostgresJobQueue
 
 async def main(dsn, name, tasks, lease):
     pool = await connect_pool(dsn, tasks)
-    store = PostgresStore(pool)
+    store = PostgresJobQueue(pool)
     claimed = {}
 
     async def task(owner):

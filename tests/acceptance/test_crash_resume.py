@@ -124,7 +124,7 @@ async def _queued_job(env: Env, contacts: Contacts) -> uuid.UUID:
     )
     await _attach_triggers(env, job_id)
     _bystanders[job_id] = await other_clients_digest(env.dsn, CLIENT)
-    await env.store.start_job(CLIENT, job_id, "op-1")
+    await env.views.start_job(CLIENT, job_id, "op-1")
     return job_id
 
 
@@ -248,7 +248,7 @@ async def _resume(env: Env, job_id: uuid.UUID, log_path: Path) -> None:
 
 
 async def _is_terminal(env: Env, job_id: uuid.UUID) -> bool:
-    return (await env.store.view_job(CLIENT, job_id)).status in TERMINAL_STATUSES
+    return (await env.views.view_job(CLIENT, job_id)).status in TERMINAL_STATUSES
 
 
 async def _assert_invariants(dsn: str, job_id: uuid.UUID, contacts: Contacts) -> None:

@@ -67,7 +67,7 @@ async def _queued_job(env: Env, imported: Imported) -> uuid.UUID:
     job_id = await upload_job(
         env, CLIENT, imported.path, chunk_size=chunk_size, partitions=PARTITIONS
     )
-    await env.store.start_job(CLIENT, job_id, "op-1")
+    await env.views.start_job(CLIENT, job_id, "op-1")
     return job_id
 
 

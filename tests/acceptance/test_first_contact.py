@@ -131,10 +131,10 @@ async def test_services_log_their_canonical_lines_by_default(
                 sys.executable, "-m", "importer", *args, env=environ, stderr=log, stdout=log
             )
             try:
-                await env.store.start_job(CLIENT, job_id, "op-1")
+                await env.views.start_job(CLIENT, job_id, "op-1")
 
                 async def finished() -> JobView | None:
-                    view = await env.store.view_job(CLIENT, job_id)
+                    view = await env.views.view_job(CLIENT, job_id)
                     return view if view.status in TERMINAL_STATUSES else None
 
                 await eventually(finished)

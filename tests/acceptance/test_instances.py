@@ -148,7 +148,7 @@ async def test_a_poison_chunk_gets_three_retries_a_ttl_apart_then_the_dead_lette
             await _finished(env, job_id)
         codes = [w.returncode for w in workers]
         assert codes == [0, 0], [_log_tail(log) for log in logs]
-        job = await env.store.view_job(CLIENT, job_id)
+        job = await env.views.view_job(CLIENT, job_id)
         discarded = await fetch(
             db_dsn,
             "SELECT chunk_no, partition, rows_read, invalid, error, attempts FROM import_chunk"
@@ -207,7 +207,7 @@ async def test_a_given_up_chunk_reaches_the_dead_letter_queue_even_if_its_worker
 
             dead = await eventually(dead_lettered)
         codes = [w.returncode for w in workers]
-        job = await env.store.view_job(CLIENT, job_id)
+        job = await env.views.view_job(CLIENT, job_id)
     assert codes == [CRASH_EXIT_CODE, 0], [_log_tail(log) for log in logs]
     assert dead == PARTITIONS  # each poison batch once: the dead worker's copy was never sent
     again = [e for e in _events(logs[1]) if e["event"] == "chunk_dead_lettered_again"]
@@ -366,7 +366,7 @@ async def test_a_chunk_waiting_in_the_retry_queue_survives_a_broker_restart(
                 await eventually(_broker_up, timeout_s=60)
             await _finished(env, job_id)
         code = workers[0].returncode
-        job = await env.store.view_job(CLIENT, job_id)
+        job = await env.views.view_job(CLIENT, job_id)
     assert code == 0, _log_tail(log)
     assert job.counters.error == 0
     await _assert_invariants(db_dsn, job_id, contacts)

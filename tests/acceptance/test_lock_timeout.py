@@ -79,7 +79,7 @@ async def test_a_held_lock_makes_batches_retry_then_discard_and_the_job_still_en
         finally:
             worker.send_signal(signal.SIGTERM)
             code = await asyncio.wait_for(worker.wait(), WAIT_S)
-        job = await env.store.view_job(CLIENT, job_id)
+        job = await env.views.view_job(CLIENT, job_id)
     assert code == 0, _log_tail(log)
     counters = job.counters
     assert counters.balanced  # I1

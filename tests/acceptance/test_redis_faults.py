@@ -61,7 +61,7 @@ async def _queued_job(env: Env, imported: Imported, client: int) -> uuid.UUID:
     job_id = await upload_job(
         env, client, imported.path, chunk_size=CHUNK_SIZE, partitions=PARTITIONS
     )
-    await env.store.start_job(client, job_id, "op-1")
+    await env.views.start_job(client, job_id, "op-1")
     return job_id
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.postgres.pool import connect_pool
+from importer.adapters.postgres.views import PostgresJobViews
 from importer.services.documents import job_document
 from tests.acceptance.test_admin_cli import failed_job, importer, one_line_failure
 from tests.support import bad_cpf, cpf, write_csv
@@ -21,7 +22,7 @@ async def api_document(dsn: str, client_id: int, job_id: str) -> dict[str, objec
     """What `GET /v1/imports/{id}` answers for the job (the same view and builder)."""
     pool = await connect_pool(dsn, 1)
     try:
-        view = await PostgresStore(pool).view_job(client_id, uuid.UUID(job_id))
+        view = await PostgresJobViews(pool).view_job(client_id, uuid.UUID(job_id))
     finally:
         await pool.close()
     return job_document(view, dt.datetime.now(dt.UTC))

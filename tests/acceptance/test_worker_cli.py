@@ -39,10 +39,10 @@ async def test_worker_runs_a_queued_import_and_exits_0_on_sigterm(
                 sys.executable, "-m", "importer", "worker", env=environ, stderr=log
             )
             try:
-                await env.store.start_job(CLIENT, job_id, "op-1")
+                await env.views.start_job(CLIENT, job_id, "op-1")
 
                 async def finished() -> JobView | None:
-                    view = await env.store.view_job(CLIENT, job_id)
+                    view = await env.views.view_job(CLIENT, job_id)
                     return view if view.status in TERMINAL_STATUSES else None
 
                 view = await eventually(finished)

@@ -62,7 +62,7 @@ def run_worker(env: Env, *, lease_s: float = 30.0) -> Worker:
 
 async def started(env: Env, client: int, path: Path) -> uuid.UUID:
     job_id = await upload_job(env, client, path, chunk_size=CHUNK, partitions=PARTITIONS)
-    await env.store.start_job(client, job_id, f"start:{job_id}")
+    await env.views.start_job(client, job_id, f"start:{job_id}")
     return job_id
 
 
@@ -99,17 +99,17 @@ async def test_a_cancelled_job_requeued_resumes_and_finalizes_once_more(
         return await ledger_chunks(env.dsn, job_id) or None
 
     await eventually(some_chunk_done)
-    await env.store.request_cancel(mine, job_id)
+    await env.views.request_cancel(mine, job_id)
     await asyncio.wait_for(run, WAIT_S)
-    cancelled = await env.store.view_job(mine, job_id)
+    cancelled = await env.views.view_job(mine, job_id)
     assert cancelled.status is JobStatus.CANCELLED
     chunks_kept = await ledger_chunks(env.dsn, job_id)
 
     with pytest.raises(JobNotFoundError):
-        await env.store.requeue_job(other, job_id, "x")
-    requeued = await env.store.requeue_job(mine, job_id, "requeue:1")
+        await env.admin.requeue_job(other, job_id, "x")
+    requeued = await env.admin.requeue_job(mine, job_id, "requeue:1")
     assert (requeued.run, requeued.finalizations_removed) == (2, 1)
-    view = await env.store.view_job(mine, job_id)
+    view = await env.views.view_job(mine, job_id)
     assert view.status is JobStatus.QUEUED
     assert not view.cancel_requested
     assert view.fail_reason is None
@@ -119,7 +119,7 @@ async def test_a_cancelled_job_requeued_resumes_and_finalizes_once_more(
     assert await finalization_counts(env.dsn, job_id) == (0, 1)
 
     await asyncio.wait_for(run_worker(env).run(), WAIT_S)
-    done = await env.store.view_job(mine, job_id)
+    done = await env.views.view_job(mine, job_id)
     assert done.status is JobStatus.COMPLETED_WITH_PLACEHOLDERS
     assert as_tuple(done.counters) == as_tuple(await reference(env, other, path))
     assert await db_state(env.dsn, mine) == await db_state(env.dsn, other)
@@ -142,59 +142,59 @@ async def test_remove_data_then_requeue_imports_the_file_again_to_the_same_state
 ) -> None:
     path = contacts_csv(tmp_path / "contacts.csv", 120)
     job_id = await completed(env, client, path)
-    first = await env.store.view_job(client, job_id)
+    first = await env.views.view_job(client, job_id)
     state = await db_state(env.dsn, client)
     issues = await fetch(
         env.dsn, "SELECT count(*) AS n FROM import_row_error WHERE job_id = $1", job_id
     )
 
     with pytest.raises(ImportAlreadyAppliedError):  # the one-time gate
-        await env.store.requeue_job(client, job_id, "too-early")
-    removed = await env.store.remove_job_data(client, job_id)
+        await env.admin.requeue_job(client, job_id, "too-early")
+    removed = await env.admin.remove_job_data(client, job_id)
     assert removed.contacts == first.counters.inserted
     assert removed.details > 0
     assert removed.chunks == 2 * ((120 + CHUNK - 1) // CHUNK)
     assert removed.row_errors == issues[0]["n"] > 0
     assert await db_state(env.dsn, client) == {}  # soft-deleted: no live contact is left
-    again = await env.store.remove_job_data(client, job_id)
+    again = await env.admin.remove_job_data(client, job_id)
     assert (again.contacts, again.details, again.chunks, again.row_errors) == (0, 0, 0, 0)
     assert again.removed_at == removed.removed_at
-    kept = await env.store.view_job(client, job_id)  # the history stays
+    kept = await env.views.view_job(client, job_id)  # the history stays
     assert kept.status is JobStatus.COMPLETED_WITH_PLACEHOLDERS
     assert as_tuple(kept.counters) == as_tuple(first.counters)
 
-    requeued = await env.store.requeue_job(client, job_id, "reimport")
+    requeued = await env.admin.requeue_job(client, job_id, "reimport")
     assert requeued.run == 2
     await asyncio.wait_for(run_worker(env).run(), WAIT_S)
-    second = await env.store.view_job(client, job_id)
+    second = await env.views.view_job(client, job_id)
     assert second.status is first.status
     assert as_tuple(second.counters) == as_tuple(first.counters)
     assert await db_state(env.dsn, client) == state
     assert await finalization_counts(env.dsn, job_id) == (1, 2)
     with pytest.raises(ImportAlreadyAppliedError):  # removal lets one requeue through, once
-        await env.store.requeue_job(client, job_id, "twice")
+        await env.admin.requeue_job(client, job_id, "twice")
 
 
 async def test_refusals(env: Env, client_ids: Iterator[int], tmp_path: Path) -> None:
     client, other = next(client_ids), next(client_ids)
     queued = await bare_job(env, client, JobStatus.QUEUED)
     with pytest.raises(IllegalTransitionError):
-        await env.store.requeue_job(client, queued, "x")
+        await env.admin.requeue_job(client, queued, "x")
     with pytest.raises(IllegalTransitionError):
-        await env.store.remove_job_data(client, queued)
+        await env.admin.remove_job_data(client, queued)
     with pytest.raises(JobNotFoundError):
-        await env.store.remove_job_data(other, queued)
+        await env.admin.remove_job_data(other, queued)
     path = contacts_csv(tmp_path / "cli.csv", 10)
     outcome = await import_file(env.dsn, path, client)  # the command line's in-process job
-    await env.store.remove_job_data(client, outcome.job_id)
+    await env.admin.remove_job_data(client, outcome.job_id)
     # A command-line import goes to the workers too (they read its local path, if they can).
-    await env.store.requeue_job(None, outcome.job_id, "x")
+    await env.admin.requeue_job(None, outcome.job_id, "x")
     handed = await fetch(env.dsn, "SELECT in_process FROM import_job WHERE id = $1", outcome.job_id)
     assert handed[0]["in_process"] is False
-    statuses = await env.store.job_statuses(client, [queued, outcome.job_id, uuid.uuid4()])
+    statuses = await env.admin.job_statuses(client, [queued, outcome.job_id, uuid.uuid4()])
     assert statuses == {
         queued: (client, JobStatus.QUEUED),
         outcome.job_id: (client, JobStatus.QUEUED),
     }
-    assert await env.store.job_statuses(other, [queued]) == {}
-    assert await env.store.job_statuses(None, [queued]) == {queued: (client, JobStatus.QUEUED)}
+    assert await env.admin.job_statuses(other, [queued]) == {}
+    assert await env.admin.job_statuses(None, [queued]) == {queued: (client, JobStatus.QUEUED)}

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.postgres.pool import connect_pool
+from importer.adapters.postgres.store import PostgresStore
 from importer.core.layout import Layout
 from importer.core.models import JobStatus, JobWarning, Reason, RowIssue, Severity
 from importer.core.report import write_csv_report

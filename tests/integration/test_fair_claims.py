@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.postgres.pool import connect_pool
+from importer.adapters.postgres.queue import PostgresJobQueue
+from importer.adapters.postgres.views import PostgresJobViews
 from importer.adapters.storage.local import LocalObjectStore
 from importer.services.documents import job_document
 from importer.services.imports import utc_now
@@ -70,12 +72,12 @@ async def statuses(dsn: str, jobs: dict[str, uuid.UUID]) -> dict[str, str]:
 
 
 async def positions(
-    store: PostgresStore, owners: dict[str, int], jobs: dict[str, uuid.UUID]
+    views: PostgresJobViews, owners: dict[str, int], jobs: dict[str, uuid.UUID]
 ) -> dict[str, object]:
     """Each job's queue_position as the status document shows it."""
     shown: dict[str, object] = {}
     for name, job_id in jobs.items():
-        document = job_document(await store.view_job(owners[name], job_id), utc_now())
+        document = job_document(await views.view_job(owners[name], job_id), utc_now())
         shown[name] = document["queue_position"]
     return shown
 
@@ -111,10 +113,10 @@ async def test_a_busy_client_s_second_job_waits_while_other_clients_jobs_are_cla
     for n, (name, client) in enumerate(owners.items()):  # created in this order
         path = contacts_csv(tmp_path / f"{name}.csv", 30, first=n * 1000)
         jobs[name] = await upload_job(env, client, path, chunk_size=10, partitions=2)
-        await env.store.start_job(client, jobs[name], f"start:{name}")
+        await env.views.start_job(client, jobs[name], f"start:{name}")
 
     # Nothing runs: each client's first job, oldest first, then the clients' later jobs.
-    assert await positions(env.store, owners, jobs) == {
+    assert await positions(env.views, owners, jobs) == {
         "a1": 1, "a2": 4, "b1": 2, "c1": 3, "c2": 5
     }  # fmt: skip
 
@@ -124,7 +126,7 @@ async def test_a_busy_client_s_second_job_waits_while_other_clients_jobs_are_cla
     assert settings.max_imports_per_client == 2  # the cap would let A's second job in
     stop = asyncio.Event()
     pools = [await connect_pool(env.dsn, 8) for _ in range(2)]
-    stores = [PostgresStore(pool, dsn=env.dsn) for pool in pools]
+    stores = [PostgresJobQueue(pool, dsn=env.dsn) for pool in pools]
     workers = [
         asyncio.create_task(
             Worker(
@@ -138,17 +140,17 @@ async def test_a_busy_client_s_second_job_waits_while_other_clients_jobs_are_cla
         # A's first job runs (its read held at the gate); the other worker takes B's, not A's
         # second (older than B's, but it would only wait for A's turn).
         await until_claimed(env.dsn, jobs, {"a1", "b1"})
-        assert await positions(env.store, owners, jobs) == {
+        assert await positions(env.views, owners, jobs) == {
             "a1": None, "a2": 2, "b1": None, "c1": 1, "c2": 3
         }  # fmt: skip
-        shown = job_document(await env.store.view_job(a, jobs["a1"]), utc_now())
+        shown = job_document(await env.views.view_job(a, jobs["a1"]), utc_now())
         assert (shown["status"], shown["phase"]) == ("normalizing", "reading")
 
         # B's ends: C's first job goes next, still not A's second.
         gates[b].set()
         await until_completed(env.dsn, jobs, "b1")
         await until_claimed(env.dsn, jobs, {"a1", "c1"})
-        assert await positions(env.store, owners, jobs) == {
+        assert await positions(env.views, owners, jobs) == {
             "a1": None, "a2": 1, "b1": None, "c1": None, "c2": 2
         }  # fmt: skip
 
@@ -182,5 +184,5 @@ async def test_a_busy_client_s_second_job_waits_while_other_clients_jobs_are_cla
     assert times[jobs["a2"]][0] >= times[jobs["a1"]][1]
     for name in ("b1", "c1", "c2"):
         assert times[jobs[name]][1] <= times[jobs["a1"]][1]
-    assert all(document is None for document in (await positions(env.store, owners, jobs)).values())
+    assert all(document is None for document in (await positions(env.views, owners, jobs)).values())
     assert set((await statuses(env.dsn, jobs)).values()) <= COMPLETED

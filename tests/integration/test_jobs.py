@@ -13,7 +13,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from importer.adapters.postgres.store import JOBS_CHANNEL, PostgresStore, connect_pool
+from importer.adapters.postgres.pool import connect_pool
+from importer.adapters.postgres.queue import JOBS_CHANNEL, PostgresJobQueue
+from importer.adapters.postgres.views import PostgresJobViews
 from importer.core.errors import (
     IllegalTransitionError,
     ImportAlreadyAppliedError,
@@ -54,17 +56,17 @@ def client(client_ids: Iterator[int]) -> int:
 async def test_start_queues_once_records_the_operation_and_guards_the_gate(
     env: Env, client: int
 ) -> None:
-    store = env.store
+    store, views = env.store, env.views
     uploading = await bare_job(env, client, JobStatus.UPLOADING)
     with pytest.raises(JobNotReadyError, match="has not been uploaded yet"):
-        await store.start_job(client, uploading, "op-0")
+        await views.start_job(client, uploading, "op-0")
 
     job_id = await bare_job(env, client, JobStatus.UPLOADED)
-    first = await store.start_job(client, job_id, "op-1")
+    first = await views.start_job(client, job_id, "op-1")
     assert (first.status, first.last_operation_id) == (JobStatus.QUEUED, "op-1")
-    again = await store.start_job(client, job_id, "op-2")  # idempotent: stays queued
+    again = await views.start_job(client, job_id, "op-2")  # idempotent: stays queued
     assert (again.status, again.last_operation_id) == (JobStatus.QUEUED, "op-2")
-    anonymous = await store.start_job(client, job_id, None)
+    anonymous = await views.start_job(client, job_id, None)
     assert anonymous.last_operation_id == "op-2"
 
     claimed = await store.claim_job("w1", LEASE_S, 2)
@@ -72,16 +74,16 @@ async def test_start_queues_once_records_the_operation_and_guards_the_gate(
     assert claimed.id == job_id
     await store.transition(job_id, JobStatus.NORMALIZING, owner="w1")
     with pytest.raises(ImportAlreadyAppliedError, match="cannot be applied again"):
-        await store.start_job(client, job_id, "op-3")
+        await views.start_job(client, job_id, "op-3")
     await store.transition(job_id, JobStatus.IMPORTING, owner="w1")
     with pytest.raises(ImportAlreadyAppliedError):
-        await store.start_job(client, job_id, "op-4")
-    assert (await store.view_job(client, job_id)).last_operation_id == "op-2"
+        await views.start_job(client, job_id, "op-4")
+    assert (await views.view_job(client, job_id)).last_operation_id == "op-2"
 
     cancelled = await bare_job(env, client, JobStatus.UPLOADED)
-    await store.request_cancel(client, cancelled)
+    await views.request_cancel(client, cancelled)
     with pytest.raises(ImportAlreadyAppliedError):
-        await store.start_job(client, cancelled, "op-5")
+        await views.start_job(client, cancelled, "op-5")
 
 
 async def test_twenty_concurrent_starts_make_exactly_one_transition(env: Env, client: int) -> None:
@@ -91,15 +93,15 @@ async def test_twenty_concurrent_starts_make_exactly_one_transition(env: Env, cl
     await listener.add_listener(JOBS_CHANNEL, lambda *n: notified.append(str(n[-1])))
     pools = [await connect_pool(env.dsn, 5) for _ in range(4)]
     try:
-        stores = [PostgresStore(pool) for pool in pools]
+        apis = [PostgresJobViews(pool) for pool in pools]
         views = await asyncio.gather(
-            *(stores[i % 4].start_job(client, job_id, f"op-{i}") for i in range(20))
+            *(apis[i % 4].start_job(client, job_id, f"op-{i}") for i in range(20))
         )
         assert {v.status for v in views} == {JobStatus.QUEUED}
         await listener.fetchval("SELECT 1")  # notifications committed before it arrive first
         await asyncio.sleep(0)  # let asyncpg run the listener callbacks it scheduled
         assert notified == [str(job_id)]  # one transition, one wake-up
-        final = await env.store.view_job(client, job_id)
+        final = await env.views.view_job(client, job_id)
         assert final.last_operation_id in {f"op-{i}" for i in range(20)}
     finally:
         for pool in pools:
@@ -111,24 +113,24 @@ async def test_twenty_concurrent_starts_make_exactly_one_transition(env: Env, cl
 
 
 async def test_mark_uploaded_moves_or_fails_the_job_once(env: Env, client: int) -> None:
-    store = env.store
+    views = env.views
     ok = await bare_job(env, client, JobStatus.UPLOADING)
-    view = await store.mark_uploaded(client, ok, ok=True, fail_reason=None)
+    view = await views.mark_uploaded(client, ok, ok=True, fail_reason=None)
     assert view.status is JobStatus.UPLOADED
-    assert (await store.mark_uploaded(client, ok, ok=True, fail_reason=None)).status is (
+    assert (await views.mark_uploaded(client, ok, ok=True, fail_reason=None)).status is (
         JobStatus.UPLOADED
     )  # a repeat changes nothing
 
     bad = await bare_job(env, client, JobStatus.UPLOADING)
-    failed = await store.mark_uploaded(client, bad, ok=False, fail_reason="checksum_mismatch")
+    failed = await views.mark_uploaded(client, bad, ok=False, fail_reason="checksum_mismatch")
     assert (failed.status, failed.fail_reason) == (JobStatus.FAILED, "checksum_mismatch")
     assert failed.finished_at is not None
-    again = await store.mark_uploaded(client, bad, ok=False, fail_reason="checksum_mismatch")
+    again = await views.mark_uploaded(client, bad, ok=False, fail_reason="checksum_mismatch")
     assert again.status is JobStatus.FAILED
     assert await finalization_counts(env.dsn, bad) == (1, 1)
     assert await notification_type(env.dsn, bad) == "import_failed"
     with pytest.raises(IllegalTransitionError):
-        await store.mark_uploaded(client, bad, ok=True, fail_reason=None)
+        await views.mark_uploaded(client, bad, ok=True, fail_reason=None)
 
 
 async def _link_firing_and_journey(dsn: str, client: int, job_id: uuid.UUID) -> None:
@@ -160,11 +162,11 @@ async def test_cancel_before_any_run_is_immediate_with_zero_counters(
 ) -> None:
     job_id = await bare_job(env, client, status)
     await _link_firing_and_journey(env.dsn, client, job_id)
-    view = await env.store.request_cancel(client, job_id)
+    view = await env.views.request_cancel(client, job_id)
     assert view.status is JobStatus.CANCELLED
     assert as_tuple(view.counters) == (0, 0, 0, 0, 0, 0)
     assert view.finished_at is not None
-    assert (await env.store.request_cancel(client, job_id)).status is JobStatus.CANCELLED
+    assert (await env.views.request_cancel(client, job_id)).status is JobStatus.CANCELLED
     assert await finalization_counts(env.dsn, job_id) == (1, 1)
     assert await notification_type(env.dsn, job_id) == "import_cancelled"
     intents = await fetch(
@@ -184,11 +186,11 @@ async def test_cancel_before_any_run_is_immediate_with_zero_counters(
 
 async def test_cancel_of_a_claimed_job_is_requested_not_applied(env: Env, client: int) -> None:
     job_id = await bare_job(env, client, JobStatus.UPLOADED)
-    await env.store.start_job(client, job_id, "op")
+    await env.views.start_job(client, job_id, "op")
     claimed = await env.store.claim_job("w1", LEASE_S, 2)
     assert claimed is not None
     assert not claimed.cancel_requested
-    view = await env.store.request_cancel(client, job_id)
+    view = await env.views.request_cancel(client, job_id)
     assert (view.status, view.cancel_requested) == (JobStatus.QUEUED, True)
     lease = await env.store.renew_lease(job_id, "w1", LEASE_S)
     assert (lease.held, lease.cancel_requested) == (True, True)
@@ -231,7 +233,7 @@ async def test_view_shows_the_stored_job(env: Env, client: int) -> None:
         ),
         JobStatus.UPLOADING,
     )
-    view = await env.store.view_job(client, job_id)
+    view = await env.views.view_job(client, job_id)
     assert (view.user_id, view.status, view.filename) == ("ana", JobStatus.UPLOADING, "list.csv.gz")
     assert (view.source, view.source_size, view.source_sha256) == (
         f"{client}/k/list.csv.gz",
@@ -277,12 +279,12 @@ async def test_history_is_newest_first_paged_filtered_and_tenant_bound(
         user: str | None = None,
         statuses: list[JobStatus] | None = None,
     ) -> list[uuid.UUID]:
-        views = await env.store.list_jobs(
+        views = await env.views.list_jobs(
             mine, user_id=user, statuses=statuses, before=before, limit=2
         )
         return [v.id for v in views]
 
-    everything = await env.store.list_jobs(
+    everything = await env.views.list_jobs(
         mine, user_id=None, statuses=None, before=None, limit=100
     )
     assert [v.id for v in everything] == newest_first
@@ -326,19 +328,19 @@ async def test_another_clients_job_is_not_found_everywhere(
 ) -> None:
     owner, stranger = next(client_ids), next(client_ids)
     job_id = await bare_job(env, owner, JobStatus.UPLOADING)
-    store = env.store
+    views = env.views
     for attempt in (
-        store.view_job(stranger, job_id),
-        store.start_job(stranger, job_id, "op"),
-        store.request_cancel(stranger, job_id),
-        store.mark_uploaded(stranger, job_id, ok=True, fail_reason=None),
-        store.mark_uploaded(stranger, job_id, ok=False, fail_reason="checksum_mismatch"),
-        store.view_job(owner, uuid.uuid4()),
+        views.view_job(stranger, job_id),
+        views.start_job(stranger, job_id, "op"),
+        views.request_cancel(stranger, job_id),
+        views.mark_uploaded(stranger, job_id, ok=True, fail_reason=None),
+        views.mark_uploaded(stranger, job_id, ok=False, fail_reason="checksum_mismatch"),
+        views.view_job(owner, uuid.uuid4()),
     ):
         with pytest.raises(JobNotFoundError):
             await attempt
-    assert await store.list_jobs(stranger, user_id=None, statuses=None, before=None, limit=9) == []
-    view = await store.view_job(owner, job_id)
+    assert await views.list_jobs(stranger, user_id=None, statuses=None, before=None, limit=9) == []
+    view = await views.view_job(owner, job_id)
     assert (view.status, view.cancel_requested) == (JobStatus.UPLOADING, False)
 
 
@@ -347,7 +349,7 @@ async def test_another_clients_job_is_not_found_everywhere(
 
 async def _queued(env: Env, client: int) -> uuid.UUID:
     job_id = await bare_job(env, client, JobStatus.UPLOADED)
-    await env.store.start_job(client, job_id, None)
+    await env.views.start_job(client, job_id, None)
     return job_id
 
 
@@ -359,7 +361,7 @@ async def test_racing_workers_never_claim_the_same_job(
     pools = [await connect_pool(env.dsn, 2) for _ in range(6)]
     try:
         claims = await asyncio.gather(
-            *(PostgresStore(pool).claim_job(f"w{i}", LEASE_S, 2) for i, pool in enumerate(pools))
+            *(PostgresJobQueue(pool).claim_job(f"w{i}", LEASE_S, 2) for i, pool in enumerate(pools))
         )
     finally:
         for pool in pools:
@@ -404,7 +406,7 @@ async def test_leases_renew_release_and_expire(env: Env, client: int) -> None:
     assert not (await store.renew_lease(job_id, "w1", LEASE_S)).held
 
 
-async def _claim_eventually(store: PostgresStore, owner: str) -> Job:
+async def _claim_eventually(store: PostgresJobQueue, owner: str) -> Job:
     for _ in range(1000):
         job = await store.claim_job(owner, LEASE_S, 2)
         if job is not None:
@@ -420,7 +422,7 @@ async def test_an_in_process_job_is_never_claimed(env: Env, client: int) -> None
         JobStatus.QUEUED,
     )
     assert await env.store.claim_job("w1", LEASE_S, 2) is None
-    view = await env.store.request_cancel(client, job_id)  # its process holds it
+    view = await env.views.request_cancel(client, job_id)  # its process holds it
     assert (view.status, view.cancel_requested) == (JobStatus.QUEUED, True)
 
 
@@ -471,7 +473,7 @@ async def test_wait_for_jobs_wakes_on_start_and_survives_a_dropped_connection(
     store = env.store
     await store.wait_for_jobs(0)  # opens the LISTEN connection
     await asyncio.wait_for(store.wait_for_jobs(0.05), 5)  # nothing queued: the timeout
-    await store.start_job(client, await bare_job(env, client, JobStatus.UPLOADED), None)
+    await env.views.start_job(client, await bare_job(env, client, JobStatus.UPLOADED), None)
     async with asyncio.timeout(5):
         await store.wait_for_jobs(60)  # woken by the notification, not the timeout
 
@@ -483,13 +485,13 @@ async def test_wait_for_jobs_wakes_on_start_and_survives_a_dropped_connection(
     async with asyncio.timeout(5):
         await store.wait_for_jobs(60)  # the drop wakes the waiter (a notification may be lost)
     await store.wait_for_jobs(0)  # reconnects
-    await store.start_job(client, await bare_job(env, client, JobStatus.UPLOADED), None)
+    await env.views.start_job(client, await bare_job(env, client, JobStatus.UPLOADED), None)
     async with asyncio.timeout(5):
         await store.wait_for_jobs(60)
 
 
 async def test_wait_for_jobs_without_a_dsn_listens_per_call(env: Env, client: int) -> None:
-    store = PostgresStore(env.pool)
+    store = PostgresJobQueue(env.pool)
     job_id = await bare_job(env, client, JobStatus.UPLOADED)
     waiting = asyncio.create_task(store.wait_for_jobs(60), name="waiting")
 
@@ -502,6 +504,6 @@ async def test_wait_for_jobs_without_a_dsn_listens_per_call(env: Env, client: in
         return True if rows else None
 
     await eventually(listening, 5)
-    await store.start_job(client, job_id, None)
+    await env.views.start_job(client, job_id, None)
     async with asyncio.timeout(5):
         await waiting

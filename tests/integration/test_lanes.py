@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from importer.adapters.postgres.store import PostgresStore
+from importer.adapters.postgres.queue import PostgresJobQueue
 from importer.core.config import PipelineConfig
 from importer.core.errors import LaneNotReadyError
 from importer.core.models import Batch, Counters, Job, JobStatus, Limits
@@ -161,7 +161,7 @@ async def test_a_poison_row_in_a_lane_is_rejected_alone_even_across_deliveries(
     assert await env.store.lanes_behind(job.id) == max(b.chunk_no for b in batches) + 1
 
 
-class DyingStore(PostgresStore):
+class DyingStore(PostgresJobQueue):
     """Dies (like a killed process) on the second piece it applies."""
 
     pieces = 0

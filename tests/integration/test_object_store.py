@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import aioboto3
 import pytest
 
-from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.postgres.pool import connect_pool
+from importer.adapters.postgres.queue import PostgresJobQueue
 from importer.adapters.storage.local import LocalObjectStore
 from importer.adapters.storage.s3 import PART_SIZE
 from importer.core.errors import (
@@ -385,7 +386,7 @@ async def _import(dsn: str, source: ObjectSource, client_id: int) -> tuple[JobSt
     )
     pool = await connect_pool(dsn, 3)
     try:
-        outcome = await import_source(PostgresStore(pool), source, request, settings)
+        outcome = await import_source(PostgresJobQueue(pool), source, request, settings)
     finally:
         await pool.close()
     assert outcome.counters.balanced

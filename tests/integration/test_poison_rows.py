@@ -10,7 +10,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.postgres.pool import connect_pool
+from importer.adapters.postgres.queue import PostgresJobQueue
+from importer.adapters.postgres.store import PostgresStore
 from importer.adapters.storage.files import LocalFileSource
 from importer.core.config import PipelineConfig
 from importer.core.models import (
@@ -138,7 +140,7 @@ async def test_a_batch_of_poison_rows_is_rejected_row_by_row(db_dsn: str, tmp_pa
     assert await db_state(db_dsn, 23) == model.client_state(23)
 
 
-class CrashingStore(PostgresStore):
+class CrashingStore(PostgresJobQueue):
     """Dies (like a killed process) on the first piece it applies after one piece committed."""
 
     pieces_committed = 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from importer.adapters.postgres.store import SESSION_SETTINGS, connect_pool
+from importer.adapters.postgres.pool import SESSION_SETTINGS, connect_pool
 
 pytestmark = pytest.mark.integration
 

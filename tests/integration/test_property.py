@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from importer.adapters.postgres.store import PostgresStore, connect_pool
+from importer.adapters.postgres.pool import connect_pool
+from importer.adapters.postgres.queue import PostgresJobQueue
 from importer.adapters.storage.files import LocalFileSource
 from importer.core.models import ConflictStrategy, Counters
 from importer.core.reference import ReferenceModel
@@ -29,7 +30,7 @@ _clients = itertools.count(50_000)
 
 
 async def _import(
-    store: PostgresStore,
+    store: PostgresJobQueue,
     path: Path,
     client: int,
     strategy: ConflictStrategy,
@@ -56,7 +57,7 @@ async def _check(
     body_rows, invalid = expected_rows(body)
     pool = await connect_pool(dsn, 6)
     try:
-        store = PostgresStore(pool)
+        store = PostgresJobQueue(pool)
         for chunk_size, concurrency in itertools.product(CHUNK_SIZES, CONCURRENCIES):
             client = next(_clients)
             model = ReferenceModel()

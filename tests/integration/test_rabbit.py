@@ -25,7 +25,7 @@ import pytest
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
 from importer.adapters.postgres.outbox import PostgresOutbox
-from importer.adapters.postgres.store import connect_pool
+from importer.adapters.postgres.pool import connect_pool
 from importer.adapters.rabbit.broker import (
     ATTEMPTS_HEADER,
     ERROR_HEADER,

@@ -61,7 +61,7 @@ async def test_a_real_import_s_hints_reach_a_subscriber_and_the_hub_s_watchers(
     client = next(client_ids)
     path = contacts_csv(tmp_path / "contacts.csv", 60)
     job_id = await upload_job(env, client, path, chunk_size=7, partitions=2)
-    await env.store.start_job(client, job_id, "op-1")
+    await env.views.start_job(client, job_id, "op-1")
     accelerator = RedisAccelerator.from_url(redis.url, rate_limit_per_minute=10)
     subscriber = aioredis.Redis.from_url(redis.url)
     pubsub = subscriber.pubsub()
@@ -93,7 +93,7 @@ async def test_a_real_import_s_hints_reach_a_subscriber_and_the_hub_s_watchers(
     assert batches
     assert all(h.job_id == job_id for h in hints)
     assert sum(h.rows for h in batches) == 60  # one hint per committed batch (advisory data)
-    assert (await env.store.view_job(client, job_id)).status is (
+    assert (await env.views.view_job(client, job_id)).status is (
         JobStatus.COMPLETED_WITH_PLACEHOLDERS
     )
 

@@ -129,7 +129,7 @@ async def test_a_requeued_command_line_import_is_run_on_by_a_worker_from_its_loc
         local_path=local.path,
     )
     assert stopped.status is JobStatus.CANCELLED
-    requeued = await env.store.requeue_job(None, stopped.job_id, "requeue:1")
+    requeued = await env.admin.requeue_job(None, stopped.job_id, "requeue:1")
     assert requeued.run == 2  # its next run, for the workers
     worker = Worker(
         env.store,

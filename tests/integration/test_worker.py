@@ -74,7 +74,7 @@ def worker(env: Env, owner: str, settings: Settings, stop: asyncio.Event | None 
 
 async def started(env: Env, client: int, path: Path) -> uuid.UUID:
     job_id = await upload_job(env, client, path, chunk_size=CHUNK, partitions=PARTITIONS)
-    await env.store.start_job(client, job_id, f"start:{job_id}")
+    await env.views.start_job(client, job_id, f"start:{job_id}")
     return job_id
 
 
@@ -111,7 +111,7 @@ async def test_a_started_job_runs_to_the_same_result_as_the_cli(
     job_id = await started(env, mine, path)
     await asyncio.wait_for(worker(env, "w1", worker_settings(env)).run(), WAIT_S)
 
-    view = await env.store.view_job(mine, job_id)
+    view = await env.views.view_job(mine, job_id)
     expected = await cli_reference(env, reference, path)
     assert view.status is JobStatus.COMPLETED_WITH_PLACEHOLDERS  # "plano" became a field
     assert as_tuple(view.counters) == as_tuple(expected)
@@ -131,10 +131,10 @@ async def test_a_replaced_file_fails_the_job_checksum_mismatch(
 ) -> None:
     path = contacts_csv(tmp_path / "contacts.csv", 20)
     job_id = await started(env, client, path)
-    view = await env.store.view_job(client, job_id)
+    view = await env.views.view_job(client, job_id)
     (tmp_path / "objects" / view.source).write_bytes(b"nome,cpf\nother,bytes\n")
     await asyncio.wait_for(worker(env, "w1", worker_settings(env)).run(), WAIT_S)
-    failed = await env.store.view_job(client, job_id)
+    failed = await env.views.view_job(client, job_id)
     assert (failed.status, failed.fail_reason) == (JobStatus.FAILED, "checksum_mismatch")
     assert await finalization_counts(env.dsn, job_id) == (1, 1)
     assert await ledger_chunks(env.dsn, job_id) == 0
@@ -165,7 +165,7 @@ async def test_a_lost_worker_s_job_is_reclaimed_resumed_and_fenced(
     config = PipelineConfig(limits=Settings().limits, read_block_bytes=1024)
 
     async def source() -> ObjectSource:
-        view = await store.view_job(mine, job_id)
+        view = await env.views.view_job(mine, job_id)
         assert view.source_size is not None
         assert view.source_sha256 is not None
         return await ObjectSource.verified(
@@ -218,7 +218,7 @@ async def test_a_lost_worker_s_job_is_reclaimed_resumed_and_fenced(
     assert as_tuple(await ledger(env.dsn, job_id)) == as_tuple(done_by_a)
     assert cpf(987_654) not in await db_state(env.dsn, mine)
     assert await finalization_counts(env.dsn, job_id) == (0, 0)
-    assert (await store.view_job(mine, job_id)).status is JobStatus.IMPORTING
+    assert (await env.views.view_job(mine, job_id)).status is JobStatus.IMPORTING
     # A repeat is told apart from a lost lease: the holder's repeat is a no-op, A's is refused.
     repeat = Batch(0, 0, 2, 1, (ContactRow(2, cpf(987_655), "Repeat", None),))
     assert await store.apply_batch(job_b, repeat) is None
@@ -256,11 +256,11 @@ async def test_a_cancel_stops_the_run_between_chunks_with_truthful_counters(
         return await ledger_chunks(env.dsn, job_id) or None
 
     await eventually(some_chunk_done)
-    requested = await env.store.request_cancel(client, job_id)
+    requested = await env.views.request_cancel(client, job_id)
     assert requested.cancel_requested
     await asyncio.wait_for(run, WAIT_S)
 
-    view = await env.store.view_job(client, job_id)
+    view = await env.views.view_job(client, job_id)
     truth = await ledger(env.dsn, job_id)
     assert view.status is JobStatus.CANCELLED
     assert as_tuple(view.counters) == as_tuple(truth)  # the ledger's sums, exactly
@@ -295,7 +295,7 @@ async def test_stop_drains_releases_the_lease_and_the_next_worker_resumes(
     await eventually(some_chunk_done)
     stop.set()
     await asyncio.wait_for(first, WAIT_S)
-    drained = await env.store.view_job(mine, job_id)
+    drained = await env.views.view_job(mine, job_id)
     assert drained.status is JobStatus.IMPORTING  # not finalized: resumable
     assert 0 < drained.rows_done < 1500
     assert drained.counters.balanced
@@ -303,7 +303,7 @@ async def test_stop_drains_releases_the_lease_and_the_next_worker_resumes(
     assert await finalization_counts(env.dsn, job_id) == (0, 0)
 
     await asyncio.wait_for(worker(env, "w2", settings).run(), WAIT_S)
-    view = await env.store.view_job(mine, job_id)
+    view = await env.views.view_job(mine, job_id)
     assert view.status is JobStatus.COMPLETED_WITH_PLACEHOLDERS
     assert as_tuple(view.counters) == as_tuple(await cli_reference(env, reference, path))
     assert await db_state(env.dsn, mine) == await db_state(env.dsn, reference)
@@ -315,7 +315,7 @@ async def test_a_job_cancelled_after_its_worker_died_ends_cancelled_without_runn
 ) -> None:
     job_id = await started(env, client, contacts_csv(tmp_path / "c.csv", 30))
     assert await env.store.claim_job("ghost", 0.001, 2) is not None  # claims, then dies
-    requested = await env.store.request_cancel(client, job_id)
+    requested = await env.views.request_cancel(client, job_id)
     assert (requested.status, requested.cancel_requested) == (JobStatus.QUEUED, True)
 
     async def expired() -> bool | None:
@@ -323,7 +323,7 @@ async def test_a_job_cancelled_after_its_worker_died_ends_cancelled_without_runn
 
     await eventually(expired)
     await asyncio.wait_for(worker(env, "w1", worker_settings(env)).run(), WAIT_S)
-    view = await env.store.view_job(client, job_id)
+    view = await env.views.view_job(client, job_id)
     assert view.status is JobStatus.CANCELLED
     assert as_tuple(view.counters) == (0, 0, 0, 0, 0, 0)
     assert view.started_at is None  # never ran

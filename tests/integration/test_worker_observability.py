@@ -35,7 +35,7 @@ async def test_each_job_s_lines_carry_its_ids_and_the_metrics_count_it(
     for n, client in enumerate(clients):
         path = contacts_csv(tmp_path / f"contacts{n}.csv", 40, first=100 * n)
         job_id = await upload_job(env, client, path, chunk_size=7, partitions=2)
-        await env.store.start_job(client, job_id, f"start:{job_id}")
+        await env.views.start_job(client, job_id, f"start:{job_id}")
         jobs[str(job_id)] = client
     metrics = PipelineMetrics()
     settings = Settings(database_url=env.dsn, worker_poll_seconds=0.05, read_block_bytes=2048)

@@ -1,7 +1,7 @@
 """PostgreSQL (asyncpg) for what the HTTP API adds: layouts, journeys, firing intents.
 
 Every statement takes the tenant's ``client_id`` first: another tenant's row is not found.
-Driver errors are translated by the job store's :func:`translated_errors`.
+Driver errors are translated by the pool's :func:`translated_errors`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from collections.abc import Mapping
 import asyncpg
 import orjson
 
-from importer.adapters.postgres.store import PostgresStore, translated_errors
+from importer.adapters.postgres.jobs import insert_job
+from importer.adapters.postgres.pool import translated_errors
 from importer.core.errors import LayoutNotFoundError
 from importer.core.layout import parse_layout
 from importer.core.models import JobStatus, NewJob, StoredLayout
@@ -47,9 +48,8 @@ def _mirrored(document: Mapping[str, object]) -> tuple[str | None, str | None, b
 class CatalogStore:
     """The :class:`importer.ports.CatalogStore` on PostgreSQL."""
 
-    def __init__(self, pool: asyncpg.Pool, jobs: PostgresStore) -> None:
+    def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
-        self._jobs = jobs
         self._q = queries()
 
     async def ping(self) -> None:
@@ -65,7 +65,7 @@ class CatalogStore:
     ) -> None:
         with translated_errors():
             async with self._pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
-                await self._jobs.insert_job(conn, new_job, status)
+                await insert_job(conn, new_job, status)
                 if new_job.journey_id is not None:
                     await conn.execute(
                         self._q["insert_journey_classification"],

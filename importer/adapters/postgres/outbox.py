@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 
 import asyncpg
 
-from importer.adapters.postgres import store
+from importer.adapters.postgres import pool as postgres_pool
 from importer.core.errors import TransientStoreError
 from importer.core.models import OutboxMessage
 from importer.sql import queries
@@ -21,10 +21,10 @@ _SESSION = {"application_name": "importer"}  # the operators' pg_terminate_backe
 
 @contextlib.contextmanager
 def translated_errors() -> Iterator[None]:
-    """The store's translation, plus asyncpg's InternalClientError: an idle pool connection the
+    """The pool's translation, plus asyncpg's InternalClientError: an idle pool connection the
     server terminated (``pg_terminate_backend``, a restart) can raise it on its next use."""
     try:
-        with store.translated_errors():
+        with postgres_pool.translated_errors():
             yield
     except asyncpg.exceptions.InternalClientError as exc:
         raise TransientStoreError(f"{type(exc).__name__}: {exc}") from exc
@@ -38,7 +38,7 @@ class PostgresOutbox:
         the waits are plain polls."""
         self._pool = pool
         self._listener = (
-            store.Listener(dsn, OUTBOX_CHANNEL, server_settings=_SESSION)
+            postgres_pool.Listener(dsn, OUTBOX_CHANNEL, server_settings=_SESSION)
             if dsn is not None
             else None
         )

@@ -1,0 +1,394 @@
+"""A run's batches on PostgreSQL: the batch half of the :class:`importer.ports.Store`.
+
+Each batch is applied in one transaction: the rows' writes (decided by ``core.merge`` from the
+stored state, then COPYed), its issues, and its ledger row with the counters, last. Around it:
+the ledger's reads (done batches, the checkpoint), the lanes of multi-instance imports, the
+client's import turn, and the client's custom fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import asyncpg
+
+from importer.adapters.postgres.pool import Conn, pooled, translated_errors
+from importer.adapters.postgres.records import storable_text
+from importer.core import failpoints, lifecycle, merge
+from importer.core.errors import (
+    BatchAlreadyAppliedError,
+    LaneNotReadyError,
+    LaneSplitError,
+    LeaseLostError,
+)
+from importer.core.models import (
+    Batch,
+    Channel,
+    Checkpoint,
+    ContactRow,
+    Counters,
+    Job,
+    Reason,
+    RowIssue,
+    Severity,
+)
+from importer.sql import queries
+
+_TURN_POLL_S = 0.2  # how often an import waiting for its client's turn looks again
+_ID_BLOCK = 4096  # contact ids reserved per sequence round trip
+_RUNNING = lifecycle.values(lifecycle.RUNNING_STATUSES)
+
+_CONTACT = ("id", "client_id", "cpf_cnpj", "name", "street_address", "import_job_id")
+_DETAIL = ("contact_id", "client_id", "channel_id", "value", "country_code", "country")
+_CUSTOM = ("contact_id", "client_id", "custom_field_id", "value")
+_ROW_ERROR = ("job_id", "line", "column_name", "reason", "severity", "value")
+
+
+class PostgresBatches:
+    """The batches of runs (the batch half of :class:`importer.ports.Store`).
+
+    Each instance caches the clients' custom field ids and a block of contact ids reserved
+    from the sequence, and counts its inserts to ANALYZE as the tables grow.
+    """
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        self._q = queries()
+        self._field_ids: dict[tuple[int, str], int] = {}  # (client, lower(name)) → id
+        self._id_pool: list[int] = []
+        self._inserted_since_analyze = 0
+        self._analyze_after = lifecycle.FIRST_ANALYZE_AFTER
+        self._analyzing = False
+
+    async def ensure_custom_fields(self, job: Job, names: Sequence[str]) -> int:
+        with translated_errors():
+            created = len(
+                await self._pool.fetch(
+                    self._q["create_custom_fields"], job.client_id, list(names), job.id
+                )
+            )
+            if created:
+                await self._pool.execute(self._q["record_created_fields"], job.id, created)
+            rows = await self._pool.fetch(self._q["custom_field_ids"], job.client_id, list(names))
+        for row in rows:
+            self._field_ids[(job.client_id, row["key"])] = row["id"]
+        return created
+
+    async def done_batches(self, job_id: uuid.UUID) -> frozenset[tuple[int, int, int]]:
+        with translated_errors():
+            rows = await self._pool.fetch(self._q["done_batches"], job_id)
+        return frozenset((r["chunk_no"], r["partition"], r["part"]) for r in rows)
+
+    async def checkpoint(self, job_id: uuid.UUID, partitions: int) -> Checkpoint | None:
+        with translated_errors():
+            row = await self._pool.fetchrow(self._q["checkpoint"], job_id, partitions)
+        return None if row is None else Checkpoint(*row)
+
+    # --- batches ------------------------------------------------------------------------------
+
+    async def apply_batch(self, job: Job, batch: Batch, *, lane: bool = False) -> Counters | None:
+        """One transaction: the rows' writes, the issues, then the ledger row with the counters.
+
+        The ledger row goes last: if the batch was already applied (a duplicate or a race with
+        another worker), its primary key refuses the row and everything rolls back. With
+        ``lane`` (multi-instance imports), the batch first enters its lane (:meth:`_in_lane`).
+        """
+        try:
+            with translated_errors():
+                async with (
+                    pooled(self._pool) as conn,
+                    conn.transaction(),
+                ):
+                    if lane and not await self._in_lane(conn, job, batch):
+                        return None
+                    if failpoints.armed is not None:
+                        await failpoints.armed.reach(failpoints.chunk_point(batch.chunk_no))
+                    new_keys = await self._write_rows(conn, job, batch.rows) if batch.rows else 0
+                    await self._write_issues(conn, job.id, batch.issues)
+                    if failpoints.armed is not None:
+                        await failpoints.armed.reach(failpoints.AFTER_COPY_BEFORE_COMMIT)
+                    counters = lifecycle.batch_counters(batch, job.strategy, new_keys)
+                    await self._record(conn, job, batch, "done", counters, 1, None)
+        except BatchAlreadyAppliedError:
+            return None
+        await self._keep_statistics(counters.inserted)
+        return counters
+
+    async def _in_lane(self, conn: Conn, job: Job, batch: Batch) -> bool:
+        """Whether the batch may apply now, in chunk order within its key partition's lane.
+
+        A whole batch moves the lane past its chunk in its own transaction (the lane row stays
+        locked until it commits: the next chunk's batch waits for it). A piece of a split batch
+        marks the lane as going in by pieces (:meth:`advance_lane` moves it on after the last).
+        False: the lane has passed the chunk (a repeat, a no-op). LaneNotReadyError: an earlier
+        chunk of the lane is not in yet. LaneSplitError: a whole batch another delivery split.
+        """
+        key = (job.id, batch.partition, batch.chunk_no)
+        entered = self._q["enter_lane"] if batch.part == 1 else self._q["enter_lane_piece"]
+        while await conn.fetchval(entered, *key) is None:
+            lane = await conn.fetchrow(self._q["lane_position"], job.id, batch.partition)
+            if lane is None:
+                raise LaneNotReadyError(f"import {job.id} has no lane {batch.partition}", None)
+            position = lane["next_chunk"]
+            if position > batch.chunk_no:
+                return False
+            if position < batch.chunk_no:
+                raise LaneNotReadyError(
+                    f"import {job.id} lane {batch.partition} is at chunk {position}", position
+                )
+            if batch.part == 1 and lane["split_chunk"] == position:
+                parts = await conn.fetch(
+                    self._q["batch_parts"], job.id, batch.chunk_no, batch.partition
+                )
+                raise LaneSplitError(
+                    f"import {job.id} chunk {batch.chunk_no} goes in by pieces",
+                    frozenset(r["part"] for r in parts),
+                )
+            # The lane reached the chunk after the update looked at it: try again.
+        return True
+
+    @contextlib.asynccontextmanager
+    async def client_turn(self, client_id: int, stop: asyncio.Event) -> AsyncIterator[bool]:
+        """Hold the client's import turn while the body runs (True), or give up once ``stop``
+        is set while waiting for it (False). The turn is a session advisory lock on a
+        connection kept for the run: a dead process's turn ends with its connection."""
+        with translated_errors():
+            async with pooled(self._pool) as conn:
+                while not await conn.fetchval(self._q["try_client_turn"], client_id):
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), _TURN_POLL_S)
+                    if stop.is_set():
+                        yield False
+                        return
+                try:
+                    yield True
+                finally:
+                    await conn.execute(self._q["release_client_turn"], client_id)
+
+    async def open_lanes(self, job_id: uuid.UUID, partitions: int) -> None:
+        with translated_errors():
+            await self._pool.execute(self._q["open_lanes"], job_id, partitions)
+
+    async def advance_lane(self, job: Job, batch: Batch) -> bool:
+        """Move the lane past a split batch once all its pieces are in; False if it had moved."""
+        with translated_errors():
+            moved = await self._pool.fetchval(
+                self._q["advance_lane"], job.id, batch.partition, batch.chunk_no
+            )
+        return moved is not None
+
+    async def lanes_behind(self, job_id: uuid.UUID) -> int | None:
+        """The chunk every lane has passed (None: the job has no lanes)."""
+        with translated_errors():
+            value: int | None = await self._pool.fetchval(self._q["lanes_behind"], job_id)
+        return value
+
+    async def _keep_statistics(self, inserted: int) -> None:
+        """ANALYZE each time this store's inserts double: plans stay right as tables grow."""
+        self._inserted_since_analyze += inserted
+        if self._analyzing or self._inserted_since_analyze < self._analyze_after:
+            return
+        self._analyzing = True
+        try:
+            with translated_errors():
+                await self._pool.execute(self._q["analyze_contacts"])
+        finally:
+            self._analyzing = False
+        self._inserted_since_analyze = 0
+        self._analyze_after = lifecycle.next_analyze_threshold(self._analyze_after)
+
+    async def discard_batch(
+        self,
+        job: Job,
+        batch: Batch,
+        attempts: int,
+        error: str,
+        *,
+        reason: Reason = Reason.CHUNK_DISCARDED,
+        lane: bool = False,
+    ) -> None:
+        lost = tuple(
+            RowIssue(r.line, None, reason, error[:1024], Severity.ERROR) for r in batch.rows
+        )
+        with contextlib.suppress(BatchAlreadyAppliedError), translated_errors():
+            async with pooled(self._pool) as conn, conn.transaction():
+                if lane and not await self._in_lane(conn, job, batch):
+                    return
+                await self._write_issues(conn, job.id, batch.issues + lost)
+                counters = lifecycle.discarded_counters(batch)
+                await self._record(conn, job, batch, "discarded", counters, attempts, error)
+
+    async def given_up_error(self, job_id: uuid.UUID, batch: Batch) -> str | None:
+        if not batch.rows:
+            return None
+        lines = [r.line for r in batch.rows]
+        with translated_errors():
+            error: str | None = await self._pool.fetchval(
+                self._q["given_up_error"], job_id, batch.chunk_no, batch.partition, lines
+            )
+        return error
+
+    async def _record(
+        self,
+        conn: Conn,
+        job: Job,
+        batch: Batch,
+        status: str,
+        counters: Counters,
+        attempts: int,
+        error: str | None,
+    ) -> None:
+        """The ledger row; a worker's run (``job.lease_owner``) is fenced in the same statement."""
+        values = (
+            job.id,
+            batch.chunk_no,
+            batch.partition,
+            status,
+            batch.first_line,
+            batch.end_offset,
+            counters.rows_read,
+            counters.inserted,
+            counters.updated,
+            counters.invalid,
+            counters.error,
+            counters.ignored,
+            attempts,
+            error,
+            batch.part,
+            batch.end_line,
+        )
+        if job.lease_owner is None:
+            recorded = await conn.fetchval(self._q["record_batch"], *values) is not None
+        else:
+            fence = await conn.fetchrow(
+                self._q["record_batch_fenced"], *values, job.lease_owner, _RUNNING
+            )
+            assert fence is not None
+            if not fence["held"]:
+                raise LeaseLostError(f"import {job.id}: {job.lease_owner} lost its lease")
+            recorded = fence["recorded"]
+        if not recorded:
+            raise BatchAlreadyAppliedError()
+
+    async def _write_rows(self, conn: Conn, job: Job, rows: Sequence[ContactRow]) -> int:
+        """Decide the batch's writes from the stored state, then make only those."""
+        folded = merge.fold_rows(rows, job.strategy)
+        stored = await self._stored_contacts(conn, job, sorted(folded))
+        plan = merge.plan_batch(folded, job.strategy, stored)
+        await self._write_plan(conn, job, plan)
+        return plan.new_keys
+
+    def _client_field_ids(self, client: int) -> dict[str, int]:
+        """The client's known custom fields: lower-case name → id."""
+        return {lower: i for (c, lower), i in self._field_ids.items() if c == client}
+
+    async def _stored_contacts(
+        self, conn: Conn, job: Job, keys: list[str]
+    ) -> dict[str, merge.StoredContact]:
+        names = {i: lower for lower, i in self._client_field_ids(job.client_id).items()}
+        client = job.client_id
+        stored = {}
+        for r in await conn.fetch(self._q["find_contacts"], client, keys, list(names)):
+            channels, values = r["channels"], r["detail_values"]
+            field_ids, field_values = r["field_ids"], r["field_values"]
+            stored[r["cpf_cnpj"]] = merge.StoredContact(
+                r["id"],
+                r["name"],
+                r["street_address"],
+                frozenset(zip(channels, values, strict=True)) if channels else frozenset(),
+                {names[i]: v for i, v in zip(field_ids, field_values, strict=True)}
+                if field_ids
+                else {},
+            )
+        return stored
+
+    async def _write_plan(self, conn: Conn, job: Job, plan: merge.BatchPlan) -> None:
+        """COPY the new contacts, channels and custom values; then update what MERGE changes in
+        stored contacts."""
+        client, job_id = job.client_id, job.id
+        field_ids = self._client_field_ids(client)
+        contact_rows: list[tuple[Any, ...]] = []
+        detail_rows: list[tuple[Any, ...]] = [
+            (cid, client, d.channel, d.value, d.country_code, d.country)
+            for cid, d in plan.detail_inserts
+        ]
+        custom_rows: list[tuple[Any, ...]] = [
+            (cid, client, field_ids[name.lower()], value)
+            for cid, name, value in plan.custom_inserts
+        ]
+        ids = await self._contact_ids(conn, len(plan.new_contacts))
+        for contact_id, c in zip(ids, plan.new_contacts, strict=True):
+            contact_rows.append((contact_id, client, c.key, c.name, c.street_address, job_id))
+            detail_rows += [
+                (contact_id, client, d.channel, d.value, d.country_code, d.country)
+                for d in c.details.values()
+            ]
+            custom_rows += [
+                (contact_id, client, field_ids[lower], value)
+                for lower, (_, value) in c.custom_fields.items()
+            ]
+        # Let the event loop serve others (HTTP requests in `importer serve`) between building
+        # the batch's rows and encoding them: each step is several milliseconds of Python.
+        await asyncio.sleep(0)
+        for table, rows, columns in (
+            ("contact", contact_rows, _CONTACT),
+            ("contact_details", detail_rows, _DETAIL),
+            ("contact_custom_fields", custom_rows, _CUSTOM),
+        ):
+            if rows:
+                await conn.copy_records_to_table(table, records=rows, columns=columns)
+        await self._update_stored(conn, client, plan)
+        if job.journey_id is not None:
+            await self._join_journey(conn, job, plan, ids)
+
+    async def _join_journey(
+        self, conn: Conn, job: Job, plan: merge.BatchPlan, new_ids: Sequence[int]
+    ) -> None:
+        """Seed 003 §9: every contact whose rows carry a journey channel joins the import's
+        journey classification, one ``journey_contact`` per (contact, journey detail). Idempotent
+        (a requeued run's batch links nothing twice)."""
+        links = list(plan.stored_journeys)
+        for contact_id, contact in zip(new_ids, plan.new_contacts, strict=True):
+            links += [(contact_id, v) for ch, v in contact.details if ch is Channel.JOURNEY]
+        if links:
+            contact_ids, values = zip(*sorted(links), strict=True)
+            await conn.execute(
+                self._q["join_journey"], job.id, job.client_id, list(contact_ids), list(values)
+            )
+
+    async def _update_stored(self, conn: Conn, client: int, plan: merge.BatchPlan) -> None:
+        if plan.contact_updates:
+            ids, names, addresses = zip(*plan.contact_updates, strict=True)
+            await conn.execute(self._q["update_contacts"], ids, names, addresses)
+        if plan.custom_updates:
+            field_ids = self._client_field_ids(client)
+            values = sorted(  # one lock order for every writer
+                (cid, field_ids[name.lower()], value) for cid, name, value in plan.custom_updates
+            )
+            await conn.execute(
+                self._q["update_custom_values"], *map(list, zip(*values, strict=True))
+            )
+
+    async def _contact_ids(self, conn: Conn, count: int) -> list[int]:
+        """Ids for new contacts, reserved from the sequence in blocks (gaps are harmless)."""
+        while len(self._id_pool) < count:
+            block = max(count - len(self._id_pool), _ID_BLOCK)
+            self._id_pool.extend(r[0] for r in await conn.fetch(self._q["next_contact_ids"], block))
+        ids = self._id_pool[:count]
+        del self._id_pool[:count]
+        return ids
+
+    async def _write_issues(
+        self, conn: Conn, job_id: uuid.UUID, issues: Sequence[RowIssue]
+    ) -> None:
+        if not issues:
+            return
+        records = [
+            (job_id, i.line, i.column, i.reason.value, i.severity.value, storable_text(i.value))
+            for i in issues
+        ]
+        await conn.copy_records_to_table("import_row_error", records=records, columns=_ROW_ERROR)
