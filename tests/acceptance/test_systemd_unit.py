@@ -13,7 +13,7 @@ import pytest
 
 from importer.adapters.rabbit.chunks import DRAIN_TIMEOUT_S
 from importer.server import GRACEFUL_SHUTDOWN_S
-from tests.acceptance.test_container_files import readme_variables
+from tests.acceptance.test_container_files import configuration_variables
 
 ROOT = Path(__file__).parents[2]
 UNIT = ROOT / "deploy" / "importer.service"
@@ -88,7 +88,7 @@ def test_hardening() -> None:
 def test_env_example_lists_every_variable() -> None:
     text = ENV_EXAMPLE.read_text()
     listed = set(re.findall(r"^#?([A-Z][A-Z0-9_]+)=", text, flags=re.MULTILINE))
-    assert listed == readme_variables() - TEST_ONLY_VARIABLES
+    assert listed == configuration_variables() - TEST_ONLY_VARIABLES
     active = set(re.findall(r"^([A-Z][A-Z0-9_]+)=", text, flags=re.MULTILINE))
     assert active == {"DATABASE_URL", "JWT_SECRET"}
 
