@@ -6,8 +6,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from importer.adapters.postgres.pool import DEFAULT_LOCK_TIMEOUT_MS
 from importer.core import failpoints
+from importer.core.config import DEFAULT_LOCK_TIMEOUT_MS
 from importer.core.errors import ConfigurationError
 from importer.core.models import Limits
 

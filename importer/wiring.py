@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import asyncpg
 import structlog
 
 from importer.adapters.postgres.admin import PostgresAdmin
@@ -58,6 +57,7 @@ from importer.services.worker import Worker
 from importer.settings import Settings
 
 if TYPE_CHECKING:
+    from importer.adapters.postgres.pool import Pool
     from importer.adapters.rabbit.broker import Topology
     from importer.adapters.redis import RedisAccelerator
 
@@ -410,7 +410,7 @@ def broker_topology(settings: Settings) -> Topology:
     )
 
 
-def outbox_relay(settings: Settings, pool: asyncpg.Pool) -> OutboxRelay | None:
+def outbox_relay(settings: Settings, pool: Pool) -> OutboxRelay | None:
     """The outbox relay on ``pool`` when a broker is configured (``RABBITMQ_URL``), else None.
 
     It connects (and declares the queues) in its own task, retrying: a broker that is down at

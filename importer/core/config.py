@@ -9,6 +9,9 @@ from importer.core.models import (
     Limits,
 )
 
+# A statement waiting longer than this for a lock fails (the batch is retried, then discarded).
+DEFAULT_LOCK_TIMEOUT_MS = 30_000
+
 
 @dataclass(frozen=True, slots=True)
 class PipelineConfig:

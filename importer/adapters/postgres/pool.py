@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from importer.core.config import DEFAULT_LOCK_TIMEOUT_MS
 from importer.core.errors import (
     ContentRefusedError,
     DatabaseUnreachableError,
@@ -25,9 +26,9 @@ from importer.sql import schema
 
 # A pool's connection proxy or a plain connection.
 Conn = asyncpg.Connection | PoolConnectionProxy
+# The pool, as the edges name it (they do not import the driver).
+Pool = asyncpg.Pool
 
-# A statement waiting longer than this for a lock fails (the batch is retried, then discarded).
-DEFAULT_LOCK_TIMEOUT_MS = 30_000
 
 _TRANSIENT = (
     asyncpg.exceptions.PostgresConnectionError,
