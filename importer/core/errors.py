@@ -1,4 +1,9 @@
-"""One exception root; each subclass's docstring is its default message.
+"""One exception root, grouped by kind; each subclass's docstring is its default message.
+
+The kinds a caller answers alike are classes (``NotFoundError``, ``ConflictError``,
+``RefusedError``); the services' failures are families of their own (``StoreError``,
+``StorageError``, ``BrokerError``: unavailable unless a subclass says otherwise), and the run's
+internal signals (a batch already applied, a lane not ready, a lease lost) are never answered.
 
 Each class also says how the HTTP edge answers it: ``http_status`` and ``code`` (the API's
 ``{"error": code, "message": ...}``), inherited like any class attribute, so a subclass answers
@@ -26,18 +31,44 @@ class ImporterError(Exception):
         super().__init__(message or (self.__doc__ or "").strip())
 
 
+# --- the kinds a caller answers alike -------------------------------------------------------------
+
+
+class NotFoundError(ImporterError):
+    """The object does not exist (or belongs to another tenant: the same answer)."""
+
+    http_status = 404
+    code = "not_found"
+
+
+class ConflictError(ImporterError):
+    """The object is not in a state that allows this."""
+
+    http_status = 409
+    code = "conflict"
+
+
+class RefusedError(ImporterError):
+    """The request is refused as it stands (its content, its caller, its size or its rate)."""
+
+    http_status = 400
+    code = "refused"
+
+
+# --- configuration and input ----------------------------------------------------------------------
+
+
 class ConfigurationError(ImporterError):
     """The configuration is invalid."""
 
 
-class LayoutError(ImporterError):
+class LayoutError(RefusedError):
     """The import layout is invalid.
 
     ``field`` is the path of the part at fault inside the layout (``layout.delimeter``,
     ``layout.columns.Zap``), so an API client gets it in its ``[{field, message}]`` list.
     """
 
-    http_status = 400
     code = "invalid_layout"
 
     def __init__(self, message: str, field: str = "layout") -> None:
@@ -54,18 +85,103 @@ class FileRejectedError(ImporterError):
         self.detail = detail or reason.value
 
 
-class JobNotFoundError(ImporterError):
+# --- not found ------------------------------------------------------------------------------------
+
+
+class JobNotFoundError(NotFoundError):
     """The import job does not exist."""
 
-    http_status = 404
-    code = "not_found"
+
+class LayoutNotFoundError(NotFoundError):
+    """The layout does not exist."""
 
 
-class IllegalTransitionError(ImporterError):
+# --- conflicts ------------------------------------------------------------------------------------
+
+
+class IllegalTransitionError(ConflictError):
     """The job cannot move to that status from its current one."""
 
-    http_status = 409
     code = "illegal_transition"
+
+
+class ImportAlreadyAppliedError(ConflictError):
+    """The import has already started or finished: it cannot be applied again."""
+
+    code = "import_already_applied"
+
+
+class JobNotReadyError(ConflictError):
+    """The import's file has not been uploaded yet."""
+
+    code = "not_uploaded"
+
+
+class UploadMissingError(ConflictError):
+    """The file has not been uploaded yet: PUT it to the upload URL first."""
+
+    code = "upload_missing"
+
+
+class NoBrokerError(ConflictError):
+    """No message broker is configured (RABBITMQ_URL): there is no dead-letter queue."""
+
+    code = "no_broker"
+
+
+# --- refused requests -----------------------------------------------------------------------------
+
+
+class AuthenticationError(RefusedError):
+    """The bearer token is missing, malformed, expired or badly signed."""
+
+    http_status = 401
+    code = "unauthorized"
+
+
+class PermissionDeniedError(RefusedError):
+    """The token does not grant the permission this operation needs."""
+
+    http_status = 403
+    code = "forbidden"
+
+
+class InvalidRequestError(RefusedError):
+    """The request is invalid."""
+
+    code = "invalid_request"  # not answered: a 400's body is the list of field problems
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{field}: {message}" for field, message in problems))
+        self.problems = problems  # (field, message), the API's 400 list
+
+
+class RequestTooLargeError(RefusedError):
+    """The request body is larger than the configured limit."""
+
+    http_status = 413
+    code = "too_large"
+
+
+class UnsupportedMediaTypeError(RefusedError):
+    """The request's Content-Type is not accepted here."""
+
+    http_status = 415
+    code = "unsupported_media_type"
+
+
+class RateLimitedError(RefusedError):
+    """Too many imports created; retry later."""
+
+    http_status = 429
+    code = "rate_limited"
+
+    def __init__(self, retry_after_s: int, message: str | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+# --- the services behind the importer: unavailable (503) unless a subclass says otherwise ---------
 
 
 class StoreError(ImporterError):
@@ -82,50 +198,6 @@ class TransientStoreError(StoreError):
 
 class ContentRefusedError(StoreError):
     """The database refused the content of a batch (a constraint, a value it cannot store)."""
-
-
-class BatchAlreadyAppliedError(ImporterError):
-    """This chunk was already applied: the repeat is a no-op."""
-
-
-# --- jobs -------------------------------------------------------------------------------------
-
-
-class ImportAlreadyAppliedError(ImporterError):
-    """The import has already started or finished: it cannot be applied again."""
-
-    http_status = 409
-    code = "import_already_applied"
-
-
-class JobNotReadyError(ImporterError):
-    """The import's file has not been uploaded yet."""
-
-    http_status = 409
-    code = "not_uploaded"
-
-
-class LaneNotReadyError(ImporterError):
-    """An earlier chunk of this batch's key partition has not been applied yet: wait."""
-
-    def __init__(self, message: str, position: int | None) -> None:
-        super().__init__(message)
-        self.position = position  # the chunk the lane stands at (None: the job has no lanes)
-
-
-class LaneSplitError(ImporterError):
-    """Another delivery of this batch split it and committed pieces: go on piece by piece."""
-
-    def __init__(self, message: str, done_parts: frozenset[int]) -> None:
-        super().__init__(message)
-        self.done_parts = done_parts  # the pieces the ledger holds
-
-
-class LeaseLostError(ImporterError):
-    """Another worker took over this import."""
-
-
-# --- object storage ---------------------------------------------------------------------------
 
 
 class StorageError(ImporterError):
@@ -164,9 +236,6 @@ class InvalidObjectKeyError(StorageError):
     code = "invalid_key"
 
 
-# --- message broker ---------------------------------------------------------------------------
-
-
 class BrokerError(ImporterError):
     """The message broker refused or lost a message (nack, return, or a lost connection)."""
 
@@ -179,88 +248,8 @@ class MalformedMessageError(ImporterError):
     """A chunk message cannot be parsed: it goes to the dead-letter queue, never retried."""
 
 
-# --- authentication ---------------------------------------------------------------------------
-
-
-class AuthenticationError(ImporterError):
-    """The bearer token is missing, malformed, expired or badly signed."""
-
-    http_status = 401
-    code = "unauthorized"
-
-
-class PermissionDeniedError(ImporterError):
-    """The token does not grant the permission this operation needs."""
-
-    http_status = 403
-    code = "forbidden"
-
-
-# --- http -------------------------------------------------------------------------------------
-
-
-class InvalidRequestError(ImporterError):
-    """The request is invalid."""
-
-    http_status = 400
-    code = "invalid_request"  # not answered: a 400's body is the list of field problems
-
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
-        super().__init__("; ".join(f"{field}: {message}" for field, message in problems))
-        self.problems = problems  # (field, message), the API's 400 list
-
-
-class LayoutNotFoundError(ImporterError):
-    """The layout does not exist."""
-
-    http_status = 404
-    code = "not_found"
-
-
-class UploadMissingError(ImporterError):
-    """The file has not been uploaded yet: PUT it to the upload URL first."""
-
-    http_status = 409
-    code = "upload_missing"
-
-
-class RequestTooLargeError(ImporterError):
-    """The request body is larger than the configured limit."""
-
-    http_status = 413
-    code = "too_large"
-
-
-class UnsupportedMediaTypeError(ImporterError):
-    """The request's Content-Type is not accepted here."""
-
-    http_status = 415
-    code = "unsupported_media_type"
-
-
-class RateLimitedError(ImporterError):
-    """Too many imports created; retry later."""
-
-    http_status = 429
-    code = "rate_limited"
-
-    def __init__(self, retry_after_s: int, message: str | None = None) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
 class AcceleratorError(ImporterError):
     """Redis (the optional accelerator) does not answer."""
-
-
-class NoBrokerError(ImporterError):
-    """No message broker is configured (RABBITMQ_URL): there is no dead-letter queue."""
-
-    http_status = 409
-    code = "no_broker"
-
-
-# --- services that do not answer -------------------------------------------------------------
 
 
 class ServiceUnreachableError(ImporterError):
@@ -294,3 +283,30 @@ class StorageUnreachableError(StorageError, ServiceUnreachableError):
     """The S3 endpoint does not answer."""
 
     service = "S3"
+
+
+# --- signals inside a run (never answered) --------------------------------------------------------
+
+
+class BatchAlreadyAppliedError(ImporterError):
+    """This chunk was already applied: the repeat is a no-op."""
+
+
+class LaneNotReadyError(ImporterError):
+    """An earlier chunk of this batch's key partition has not been applied yet: wait."""
+
+    def __init__(self, message: str, position: int | None) -> None:
+        super().__init__(message)
+        self.position = position  # the chunk the lane stands at (None: the job has no lanes)
+
+
+class LaneSplitError(ImporterError):
+    """Another delivery of this batch split it and committed pieces: go on piece by piece."""
+
+    def __init__(self, message: str, done_parts: frozenset[int]) -> None:
+        super().__init__(message)
+        self.done_parts = done_parts  # the pieces the ledger holds
+
+
+class LeaseLostError(ImporterError):
+    """Another worker took over this import."""
