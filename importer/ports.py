@@ -1,4 +1,14 @@
-"""The interfaces the pipeline and the services talk to; adapters implement them."""
+"""The interfaces the pipeline and the services talk to; adapters implement them.
+
+Every Protocol of the package is here (and the null objects), in the domain's words: the store
+of a run (``Store``, ``JobQueue``), the API's and CLI's reads (``JobStore``, ``JobReader``,
+``CatalogStore``, ``AdminStore``), files (``Source``, ``ObjectStore``), the broker (``Outbox``,
+``MessagePublisher``, ``BatchPublisher``, ``Delivery``, ``DeliveryHandler``,
+``DeadLetterQueue``), Redis (``ProgressHints``, ``RateLimiter``) and the observers.
+
+Why this module is long: one place for every door between the rooms is the point; split by
+room, a newcomer would look for a port in as many files as there are adapters.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +35,8 @@ from importer.core.models import (
     NewJob,
     OutboxMessage,
     Reason,
+    RemovedData,
+    Requeued,
     RowIssue,
     StoredLayout,
 )
@@ -496,3 +508,34 @@ class DeliveryHandler(Protocol):
     """What a chunk delivery is handed to (:class:`~importer.pipeline.fanout.ChunkHandler`)."""
 
     async def handle(self, delivery: Delivery) -> None: ...
+
+
+class AdminStore(Protocol):
+    """The owner's operations on the jobs; on PostgreSQL,
+    :class:`importer.adapters.postgres.admin.PostgresAdmin`."""
+
+    async def requeue_job(
+        self, client_id: int | None, job_id: uuid.UUID, operation_id: str
+    ) -> Requeued: ...
+
+    async def remove_job_data(self, client_id: int | None, job_id: uuid.UUID) -> RemovedData: ...
+
+    async def job_statuses(
+        self, client_id: int | None, job_ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, tuple[int, JobStatus]]: ...
+
+
+class JobReader(Protocol):
+    """The API's job reads (``importer.ports.JobStore``) with ``client_id`` None: any client."""
+
+    async def view_job(self, client_id: int | None, job_id: uuid.UUID) -> JobView: ...
+
+    async def list_jobs(
+        self,
+        client_id: int | None,
+        *,
+        user_id: str | None,
+        statuses: Sequence[JobStatus] | None,
+        before: tuple[dt.datetime, uuid.UUID] | None,
+        limit: int,
+    ) -> list[JobView]: ...

@@ -21,7 +21,6 @@ import enum
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from importer.core.errors import NoBrokerError
 from importer.core.models import (
@@ -33,45 +32,18 @@ from importer.core.models import (
     Requeued,
 )
 from importer.core.principals import Permission, Principal
-from importer.ports import DeadLetterQueue
+from importer.ports import AdminStore, DeadLetterQueue, JobReader
 from importer.services.documents import job_document
 
 # Dead letters one look (or replay) takes from the queue at most: they are held unacknowledged
 # until it ends, so the bound keeps a deep queue from being held whole.
 MAX_SCAN = 1000
+
+
 DEFAULT_LIST_LIMIT = 20
+
+
 MAX_LIST_LIMIT = 100
-
-
-class AdminStore(Protocol):
-    """The owner's operations on the jobs; on PostgreSQL,
-    :class:`importer.adapters.postgres.admin.PostgresAdmin`."""
-
-    async def requeue_job(
-        self, client_id: int | None, job_id: uuid.UUID, operation_id: str
-    ) -> Requeued: ...
-
-    async def remove_job_data(self, client_id: int | None, job_id: uuid.UUID) -> RemovedData: ...
-
-    async def job_statuses(
-        self, client_id: int | None, job_ids: Sequence[uuid.UUID]
-    ) -> dict[uuid.UUID, tuple[int, JobStatus]]: ...
-
-
-class JobReader(Protocol):
-    """The API's job reads (``importer.ports.JobStore``) with ``client_id`` None: any client."""
-
-    async def view_job(self, client_id: int | None, job_id: uuid.UUID) -> JobView: ...
-
-    async def list_jobs(
-        self,
-        client_id: int | None,
-        *,
-        user_id: str | None,
-        statuses: Sequence[JobStatus] | None,
-        before: tuple[dt.datetime, uuid.UUID] | None,
-        limit: int,
-    ) -> list[JobView]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,9 +221,6 @@ def _scope(principal: Principal | None) -> int | None:
         return None
     principal.require(Permission.IMPORT_ADMIN)
     return principal.client_id
-
-
-# --- documents (the API's answers and the command line's JSON) --------------------------------
 
 
 def requeued_document(requeued: Requeued) -> dict[str, object]:
