@@ -10,7 +10,7 @@ The only module importing ``redis``. Nothing here is the truth, and every failur
   in one ``MULTI``); if Redis is down or slower than ~50 ms the request goes through.
 
 No locks live in Redis: finalization is exactly-once by a guarded PostgreSQL update and a
-primary key (see ``importer/accelerator.py``).
+primary key (see ``importer/core/accelerator.py``).
 """
 
 from __future__ import annotations

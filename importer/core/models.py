@@ -337,7 +337,7 @@ class JobView:
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
     warnings: tuple[JobWarning, ...] = ()  # file-level warnings (suspect_encoding)
-    # What a watcher sees (importer/progress.py): any batch committed, the run's reader at the
+    # What a watcher sees (importer/core/progress.py): any batch committed, the run's reader at the
     # end of the file, rows and bytes committed in the last RATE_WINDOW_S, the place of a queued
     # job in the claim's order (1: the next claim takes it).
     batches_done: bool = False

@@ -180,7 +180,7 @@ async def progress_events(
 
 
 async def csv_report(issues: AsyncIterator[RowIssue]) -> AsyncIterator[bytes]:
-    """The report as CSV, cells neutralized against formula injection (report.py)."""
+    """The report as CSV, cells neutralized against formula injection (core/report.py)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(REPORT_COLUMNS)

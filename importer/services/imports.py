@@ -3,8 +3,8 @@
 :class:`ImportService` is what the routes (``http/routes/``) call: the edge parses HTTP, this
 module decides. The caller is always a verified :class:`Principal`; tenant and user come from
 it, never from a body. Decisions that need no I/O are plain functions, tested on their own:
-the job's document with progress and ETA and the history cursor below, request validation in
-``options.py``.
+the job's document with progress and ETA (``services/documents.py``), the history query below,
+request validation in ``core/options.py``.
 
 Visibility: a job belongs to the user who created it. A caller without ``IMPORT.ADMIN`` sees and
 acts on its own jobs only (another user's job answers 404, like another tenant's); an admin sees

@@ -1,4 +1,4 @@
-"""XLSX input (importer/xlsx.py): cells as the user sees them, the sheet's rows as records, and
+"""XLSX input (importer/read/xlsx.py): cells as the user sees them, the sheet's rows as records, and
 the workbooks it must refuse (corrupt, truncated, password-protected, zip bombs)."""
 
 from __future__ import annotations
