@@ -28,7 +28,7 @@ def percent_done(view: JobView) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class LiveProgress:
-    """What a watcher sees of a running job (importer/core/progress.py); all None when not running."""
+    """What a watcher sees of a running job (core/progress.py); all None when not running."""
 
     phase: progress.Phase | None = None
     rows_per_s: float | None = None
