@@ -98,6 +98,8 @@ class Settings:
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     # How long a statement waits for a lock (then the batch is retried, then discarded).
     lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
+    # The compiled hot path (Cython) when it is built; IMPORTER_PURE=1 runs the pure reference.
+    compiled: bool = True
     max_imports_per_client: int = DEFAULT_MAX_IMPORTS_PER_CLIENT
     worker_poll_seconds: float = DEFAULT_WORKER_POLL_SECONDS
     # HTTP API (`importer serve`).
@@ -168,6 +170,7 @@ class Settings:
                 environ, "IMPORTER_RATE_LIMIT_PER_MINUTE", DEFAULT_RATE_LIMIT_PER_MINUTE
             ),
             failpoints=_failpoints(environ),
+            compiled=_flag(environ, "IMPORTER_PURE") is not True,
         )
 
 
@@ -203,6 +206,18 @@ def _int(environ: Mapping[str, str], name: str, default: int) -> int:
     if value < 1:
         raise ConfigurationError(f"{name} must be at least 1, got {value}")
     return value
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool | None:
+    """A yes/no variable: ``1``/``true``/``yes`` or ``0``/``false``/``no``; unset or empty: None."""
+    raw = environ.get(name, "").strip().lower()
+    if not raw:
+        return None
+    if raw in {"1", "true", "yes"}:
+        return True
+    if raw in {"0", "false", "no"}:
+        return False
+    raise ConfigurationError(f"{name} must be 1 or 0 (true/false, yes/no), not {raw!r}")
 
 
 def _failpoints(environ: Mapping[str, str]) -> str:

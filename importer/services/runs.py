@@ -110,6 +110,7 @@ def pipeline_config(
         read_block_bytes=settings.read_block_bytes,
         queue_depth=settings.queue_depth,
         max_batch_attempts=settings.max_batch_attempts,
+        compiled=settings.compiled,
     )
 
 

@@ -63,3 +63,17 @@ def test_a_bad_lease_is_a_configuration_error_naming_the_variable(raw: str) -> N
 def test_a_bad_max_imports_per_client_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="IMPORTER_MAX_IMPORTS_PER_CLIENT"):
         Settings.from_environ({"IMPORTER_MAX_IMPORTS_PER_CLIENT": "0"})
+
+
+@pytest.mark.parametrize(
+    ("raw", "compiled"),
+    [(None, True), ("", True), ("0", True), ("no", True), ("1", False), ("TRUE", False)],
+)
+def test_importer_pure_selects_the_pure_reference(raw: str | None, compiled: bool) -> None:
+    environ = {} if raw is None else {"IMPORTER_PURE": raw}
+    assert Settings.from_environ(environ).compiled is compiled
+
+
+def test_a_bad_importer_pure_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="IMPORTER_PURE"):
+        Settings.from_environ({"IMPORTER_PURE": "maybe"})
