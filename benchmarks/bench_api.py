@@ -1,24 +1,36 @@
-"""API latency under import: multipart creates of a 1 MB file while a 1M-row import runs.
+"""API latency under import: creates of a 1 MB file arriving at a fixed rate while an import runs.
 
-The target (the issue): a create with a 1 MB file answers 202 with p99 <= 50 ms at 20 concurrent
-clients while a 1M-row import runs in the same process.
+The target (the issue): a create with a 1 MB file answers 202 with p99 <= 50 ms while a 1M-row
+import runs in the same ``importer serve`` process.
 
-1. A fresh database (``benchmarks.run.fresh_database``: created and migrated); ``importer serve``
-   as a subprocess with one worker, files in a temporary directory.
-2. The 1M-row file (``benchmarks/generate.py``'s, generated if missing) is uploaded through the
-   API, streamed from disk; we wait until the job is ``importing``.
-3. ``--clients`` clients (one ``httpx.AsyncClient`` each, its own connection) each send one
-   unmeasured create, then ``--requests-per-client`` measured ones, back to back: a multipart
-   create of the same 1 MB CSV (the big file's first rows). Latency is from the request's start
-   to the 202 as the client sees it (the client runs on the same two cores).
-4. Every create is of the import's own tenant, and the server runs one worker with
-   ``IMPORTER_MAX_IMPORTS_PER_CLIENT=1``: they stay ``queued`` behind the import, are cancelled
-   after the measurement, and no extra import runs.
-5. The import must still be ``importing`` after the last create: it ran during the whole
-   measurement. The server's own view of the same requests (the ``/metrics`` histogram) is
-   printed beside the client's. SIGTERM stops the server.
+Open loop (the default): creates arrive as a Poisson process (``--rate`` per second for
+``--duration`` seconds, seeded), each sent at its arrival time whatever the earlier ones are
+doing, so a slow server is not hidden by clients that wait for it (no coordinated omission).
 
-Usage: .venv/bin/python benchmarks/bench_api.py [--rows 1000000] [--requests-per-client 20]
+1. The import alone (unless ``--skip-alone``): a fresh database (``benchmarks.run.fresh_database``)
+   and ``importer serve`` (one worker, files in a temporary directory, 127.0.0.1 only); the big
+   file (``benchmarks/generate.py``'s, generated if missing) is uploaded through the API, streamed
+   from disk; once the job is ``importing`` and ``SETTLE_S`` have passed, its committed rows are
+   read at the start and the end of a ``--duration`` window: its rows/s with nothing else running.
+   The job is then cancelled.
+2. The same with the load: a fresh database and server, the same upload, the same settle time
+   (a few unmeasured creates open the client's connections), then the Poisson creates of the
+   same 1 MB CSV (the big file's first rows) during the same window, and the import's rows/s
+   over it. Latency is from a create's *scheduled* arrival to its 202 as the client sees it (the
+   client runs on the same cores); a create is *late* when that exceeds ``--target-ms``, *failed*
+   when it answers anything but 202, times out, or finds ``--max-in-flight`` creates already
+   open (dropped, never queued: the client's memory and the run's time stay bounded).
+3. Every create is of the import's own tenant, and the server runs one worker with
+   ``IMPORTER_MAX_IMPORTS_PER_CLIENT=1``: they stay ``queued`` behind the import and are
+   cancelled after the window; no extra import runs. The import must still be ``importing`` at
+   the window's end (it ran during the whole load). The server's own view of the creates (the
+   ``/metrics`` histogram) is printed beside the client's. SIGTERM stops each server.
+
+``--without-import``: the same open-loop creates with the tenant's slot held and nothing running
+(the baseline). ``--closed-loop``: the earlier measurement, ``--clients`` clients each sending
+``--requests-per-client`` creates back to back.
+
+Usage: .venv/bin/python benchmarks/bench_api.py [--rows 1000000] [--rate 10] [--duration 60]
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ import asyncio
 import contextlib
 import math
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -36,6 +49,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncpg
@@ -44,12 +58,11 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.generate import generate
-from benchmarks.run import fresh_database
+from benchmarks.run import fresh_database, importer_command
 from importer.core.principals import Permission, Principal
 from importer.http.auth import mint_token
 
 HERE = Path(__file__).resolve().parent
-IMPORTER = HERE.parent / ".venv/bin/importer"
 DATABASE = "importer_bench_api"
 CLIENT = 1
 SECRET = "bench-api-secret-" + "x" * 32
@@ -58,6 +71,9 @@ TARGET_P99_S = 0.050
 READY_TIMEOUT_S = 60.0
 IMPORTING_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
+SETTLE_S = 3.0  # from `importing` to the window's start, in both phases
+SEND_LATE_S = 0.005  # a create sent this much after its arrival time: the client fell behind
+WARM_CREATES = 4  # unmeasured creates that open the client's connections
 FORM = {
     "conflict_strategy": "merge",
     "has_sensitive_data": "false",
@@ -106,7 +122,7 @@ def running_server(dsn: str, storage: Path) -> Iterator[tuple[str, subprocess.Po
     env.pop("S3_ENDPOINT_URL", None)
     log = (storage / "serve.log").open("wb")
     server = subprocess.Popen(
-        [str(IMPORTER), "serve", "--host", "127.0.0.1", "--port", str(port)],
+        [importer_command(), "serve", "--host", "127.0.0.1", "--port", str(port)],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -284,7 +300,9 @@ def report(latencies: list[float], wall: float, clients: int) -> None:
     print(f"target p99 <= {TARGET_P99_S * 1000:.0f} ms: {verdict}")
 
 
-def report_server_side(before: dict[str, float], after: dict[str, float]) -> None:
+def report_server_side(
+    before: dict[str, float], after: dict[str, float], what: str = "creates incl. warm-ups"
+) -> None:
     count = after["importer_http_request_duration_seconds_count"] - before.get(
         "importer_http_request_duration_seconds_count", 0
     )
@@ -296,12 +314,13 @@ def report_server_side(before: dict[str, float], after: dict[str, float]) -> Non
         "importer_http_request_duration_seconds_sum", 0
     )
     print(
-        f"server-side (/metrics, {count:.0f} creates incl. warm-ups): mean "
+        f"server-side (/metrics, {count:.0f} {what}): mean "
         f"{total / count * 1000:.1f} ms; " + ", ".join(shares)
     )
 
 
-async def run(rows: int, clients: int, requests: int, *, with_import: bool) -> None:
+async def run_closed_loop(rows: int, clients: int, requests: int, *, with_import: bool) -> None:
+    """The closed loop: ``clients`` clients each sending ``requests`` creates back to back."""
     big = data_file(rows)
     content = small_csv(big)
     dsn = await fresh_database(DATABASE)
@@ -355,6 +374,247 @@ async def hold_the_tenants_slot(http: httpx.AsyncClient, dsn: str) -> None:
         await conn.close()
 
 
+async def committed_rows(http: httpx.AsyncClient, job_id: str) -> tuple[float, int, str]:
+    """When, how many rows the job has committed, and its status."""
+    job = await job_status(http, job_id)
+    progress = job["progress"]
+    assert isinstance(progress, dict)
+    return time.perf_counter(), int(progress["rows"]), str(job["status"])
+
+
+@dataclass
+class ImportRate:
+    rows: int
+    seconds: float
+    status_after: str
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+
+@dataclass
+class OpenLoop:
+    """What the open-loop creates saw: latencies from the scheduled arrival (seconds)."""
+
+    scheduled: int = 0
+    latencies: list[float] = field(default_factory=list)
+    service: list[float] = field(default_factory=list)  # from the request's actual start
+    sent_late: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+    jobs: list[str] = field(default_factory=list)
+    wall: float = 0.0
+
+    def fail(self, reason: str) -> None:
+        self.failed[reason] = self.failed.get(reason, 0) + 1
+
+
+def multipart(content: bytes) -> tuple[bytes, dict[str, str]]:
+    """The create's multipart body, encoded once: the open loop's client only sends bytes."""
+    request = httpx.Request(
+        "POST", "http://127.0.0.1/", data=FORM, files={"file": ("small.csv", content, "text/csv")}
+    )
+    return request.read(), {"Content-Type": request.headers["Content-Type"]}
+
+
+async def create_at(
+    http: httpx.AsyncClient,
+    body: tuple[bytes, dict[str, str]],
+    due: float,
+    result: OpenLoop,
+    timeout_s: float,
+) -> None:
+    """One create scheduled at ``due`` (perf_counter); its outcome goes into ``result``."""
+    sent = time.perf_counter()
+    try:
+        response = await http.post(
+            "/v1/imports", content=body[0], headers=body[1], timeout=timeout_s
+        )
+    except httpx.TimeoutException:
+        result.fail("timeout")
+        return
+    except httpx.HTTPError as exc:
+        result.fail(type(exc).__name__)
+        return
+    done = time.perf_counter()
+    if response.status_code != 202:
+        result.fail(f"HTTP {response.status_code}")
+        return
+    result.latencies.append(done - due)
+    result.service.append(done - sent)
+    result.jobs.append(str(response.json()["id"]))
+
+
+async def open_loop(
+    http: httpx.AsyncClient,
+    content: bytes,
+    *,
+    rate: float,
+    duration: float,
+    seed: int,
+    max_in_flight: int,
+    timeout_s: float,
+) -> OpenLoop:
+    """Poisson arrivals at ``rate``/s for ``duration`` s; each create sent at its arrival time.
+    At most ``max_in_flight`` open at once (an arrival beyond it is dropped, counted failed);
+    the window ends at ``duration`` and the open creates are then awaited (each bounded)."""
+    arrivals = random.Random(seed)
+    body = multipart(content)
+    result = OpenLoop()
+    in_flight: set[asyncio.Task[None]] = set()
+    started = time.perf_counter()
+    due = started + arrivals.expovariate(rate)
+    while due < started + duration:
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        result.scheduled += 1
+        if time.perf_counter() - due > SEND_LATE_S:
+            result.sent_late += 1
+        if len(in_flight) >= max_in_flight:
+            result.fail("dropped (max in flight)")
+        else:
+            task = asyncio.create_task(create_at(http, body, due, result, timeout_s))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        due += arrivals.expovariate(rate)
+    if in_flight:
+        await asyncio.wait(in_flight)
+    result.wall = time.perf_counter() - started
+    return result
+
+
+def report_open_loop(result: OpenLoop, rate: float, duration: float, target_ms: float) -> None:
+    answered = len(result.latencies)
+    failed = sum(result.failed.values())
+    print(
+        f"open loop: {result.scheduled} creates (1 MB each) scheduled at {rate:g}/s (Poisson) "
+        f"over {duration:g} s; {answered} answered 202, {failed} failed"
+        f"{' ' + str(result.failed) if result.failed else ''}; "
+        f"{result.sent_late} sent > {SEND_LATE_S * 1000:.0f} ms after their arrival time"
+    )
+    if not answered:
+        return
+    ordered = sorted(result.latencies)
+    service = sorted(result.service)
+    late = sum(1 for s in ordered if s * 1000 > target_ms)
+    ms = {name: percentile(ordered, f) * 1000 for name, f in (("p50", 0.5), ("p99", 0.99))}
+    print(
+        f"create -> 202 from the arrival: p50 {ms['p50']:.1f} ms, "
+        f"p95 {percentile(ordered, 0.95) * 1000:.1f} ms, p99 {ms['p99']:.1f} ms, "
+        f"max {ordered[-1] * 1000:.1f} ms (from the request's start: p50 "
+        f"{percentile(service, 0.5) * 1000:.1f}, p99 {percentile(service, 0.99) * 1000:.1f} ms); "
+        f"late (> {target_ms:g} ms): {late} of {answered} ({late / answered:.0%})"
+    )
+    verdict = "met" if ms["p99"] <= target_ms and not failed else "NOT met"
+    print(f"target p99 <= {target_ms:g} ms, none failed: {verdict}")
+
+
+async def import_window(
+    http: httpx.AsyncClient, job_id: str, during: asyncio.Future[object] | None, duration: float
+) -> ImportRate:
+    """The job's committed rows over the window: ``during`` (the load) or ``duration`` s."""
+    t0, rows0, _ = await committed_rows(http, job_id)
+    if during is None:
+        await asyncio.sleep(duration)
+    else:
+        await during
+    t1, rows1, status = await committed_rows(http, job_id)
+    return ImportRate(rows1 - rows0, t1 - t0, status)
+
+
+async def run_open_loop(args: argparse.Namespace) -> None:
+    big = data_file(args.rows)
+    content = small_csv(big)
+    principal = Principal(
+        "bench", CLIENT, frozenset({Permission.CONTACT_IMPORT_CREATE, Permission.IMPORT_ADMIN})
+    )
+    headers = {"Authorization": f"Bearer {mint_token(principal, ttl_s=3600, secret=SECRET)}"}
+    alone: ImportRate | None = None
+    if not args.skip_alone and not args.without_import:
+        print(f"1. the {args.rows:,}-row import alone, {args.duration:g} s window", flush=True)
+        alone = await phase(args, big, content, headers, load=False)
+    print(
+        f"2. {'the creates, no import running' if args.without_import else 'the same with the load'}",
+        flush=True,
+    )
+    loaded = await phase(args, big, content, headers, load=True)
+    if alone is not None and loaded is not None:
+        print(
+            f"the import: alone {alone.rows_per_s:,.0f} rows/s ({alone.rows:,} rows in "
+            f"{alone.seconds:.1f} s), under the load {loaded.rows_per_s:,.0f} rows/s "
+            f"({loaded.rows:,} rows in {loaded.seconds:.1f} s): slowdown "
+            f"{alone.rows_per_s / loaded.rows_per_s if loaded.rows_per_s else math.inf:.2f}x"
+        )
+
+
+async def phase(
+    args: argparse.Namespace, big: Path, content: bytes, headers: dict[str, str], *, load: bool
+) -> ImportRate | None:
+    """One fresh database and server: the import (unless --without-import) for the window,
+    with the open-loop creates when ``load``. Returns the import's rate over the window."""
+    dsn = await fresh_database(DATABASE)
+    limits = httpx.Limits(max_connections=args.max_in_flight, max_keepalive_connections=64)
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-api-") as temp,
+        running_server(dsn, Path(temp)) as (url, _),
+    ):
+        async with httpx.AsyncClient(
+            base_url=url, headers=headers, timeout=60, limits=limits
+        ) as http:
+            big_job = None
+            if args.without_import:
+                await hold_the_tenants_slot(http, dsn)
+            else:
+                big_job = await start_big_import(http, big)
+                await wait_importing(http, big_job)
+            settled = asyncio.create_task(asyncio.sleep(SETTLE_S))
+            warm: list[str] = []
+            if load:  # open the client's connections: unmeasured
+                answers = await asyncio.gather(
+                    *(create(http, content) for _ in range(WARM_CREATES))
+                )
+                warm = [job for _, job in answers]
+            await settled
+            rate: ImportRate | None = None
+            result = OpenLoop()
+            before = await server_histogram(http)
+            if load:
+                print("measuring", flush=True)
+                loop_task = asyncio.create_task(
+                    open_loop(
+                        http,
+                        content,
+                        rate=args.rate,
+                        duration=args.duration,
+                        seed=args.seed,
+                        max_in_flight=args.max_in_flight,
+                        timeout_s=args.timeout,
+                    )
+                )
+                if big_job is not None:
+                    rate = await import_window(http, big_job, loop_task, args.duration)
+                result = await loop_task
+            elif big_job is not None:
+                rate = await import_window(http, big_job, None, args.duration)
+            after = await server_histogram(http)
+            if rate is not None:
+                print(
+                    f"the import over the window: {rate.rows:,} rows in {rate.seconds:.1f} s, "
+                    f"{rate.rows_per_s:,.0f} rows/s; status after it: {rate.status_after} "
+                    f"(ran during the whole window: {rate.status_after == 'importing'})"
+                )
+            if load:
+                report_open_loop(result, args.rate, args.duration, args.target_ms)
+                if after:
+                    report_server_side(before, after, "creates")
+                statuses = await cancel_all(http, warm + result.jobs)
+                print(f"created jobs cancelled (status they ended in): {statuses}")
+            if big_job is not None:
+                await http.post(f"/v1/imports/{big_job}/cancel")
+    return rate
+
+
 async def report_import(http: httpx.AsyncClient, job_id: str, rows: int) -> None:
     job = await job_status(http, job_id)
     progress = job["progress"]
@@ -369,21 +629,44 @@ async def report_import(http: httpx.AsyncClient, job_id: str, rows: int) -> None
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the running import")
-    parser.add_argument("--requests-per-client", type=int, default=20)
-    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--rate", type=float, default=10.0, help="creates per second (Poisson)")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of the load window")
+    parser.add_argument("--seed", type=int, default=1, help="the arrival times' seed")
+    parser.add_argument("--target-ms", type=float, default=TARGET_P99_S * 1000)
+    parser.add_argument(
+        "--max-in-flight", type=int, default=200, help="open creates at most; beyond: dropped"
+    )
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per create")
+    parser.add_argument(
+        "--skip-alone", action="store_true", help="no run of the import alone first"
+    )
     parser.add_argument(
         "--without-import", action="store_true", help="the same creates with no import running"
     )
-    args = parser.parse_args()
-    print(f"{os.cpu_count()} cores; {args.clients} clients x {args.requests_per_client} creates")
-    asyncio.run(
-        run(
-            args.rows,
-            args.clients,
-            args.requests_per_client,
-            with_import=not args.without_import,
-        )
+    parser.add_argument(
+        "--closed-loop", action="store_true", help="clients sending back to back instead"
     )
+    parser.add_argument("--requests-per-client", type=int, default=20, help="--closed-loop")
+    parser.add_argument("--clients", type=int, default=20, help="--closed-loop")
+    args = parser.parse_args()
+    if args.closed_loop:
+        print(
+            f"{os.cpu_count()} cores; {args.clients} clients x {args.requests_per_client} creates"
+        )
+        asyncio.run(
+            run_closed_loop(
+                args.rows,
+                args.clients,
+                args.requests_per_client,
+                with_import=not args.without_import,
+            )
+        )
+        return
+    print(
+        f"{os.cpu_count()} cores; open loop: {args.rate:g} creates/s for {args.duration:g} s, "
+        f"{args.rows:,}-row import"
+    )
+    asyncio.run(run_open_loop(args))
 
 
 if __name__ == "__main__":

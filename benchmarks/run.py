@@ -6,10 +6,19 @@ Times, on the same generated file and the same PostgreSQL:
    reference model) loaded by COPY into the three real indexed tables, foreign keys on, in one
    transaction;
 3. ``importer import`` with MERGE (pre-existing keys loaded first, untimed), as a subprocess,
-   with its peak RSS; optionally DISCARD too;
-4. pgloader's append-only load of the file, when ``pgloader`` is installed.
+   with its peak RSS, its CPU and PostgreSQL's; optionally DISCARD too; with ``--pure`` the
+   pure reference of the hot path (``IMPORTER_PURE=1``) instead of the compiled one, with
+   ``--compare-pure`` both, back to back on the same file;
+4. pgloader's append-only load of the file, when ``pgloader`` is installed;
+5. a ``csv.reader`` pass over the file (CPU seconds of iterating every row, no database): the
+   importer's Python CPU is reported against it, as PostgreSQL's CPU is against the floor's.
+
+After each MERGE the sizes of the three contact tables (indexes and TOAST included) are read
+and divided by the contacts stored, and the WAL written during the timed import is read from
+``pg_current_wal_lsn()`` (cluster-wide: other sessions' writes count too).
 
 Usage: .venv/bin/python benchmarks/run.py --rows 1000000 [--seed 1] [--concurrency 4]
+       [--discard] [--pure | --compare-pure]
 Prints a table and writes benchmarks/results/<rows>.json.
 """
 
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import csv
 import json
 import os
 import shutil
@@ -41,8 +51,24 @@ from importer.read.csvfile import CsvReader
 from importer.read.sniff import sniff
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 ADMIN_DSN = os.environ.get("BENCH_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 CLIENT = 1
+CONTACT_TABLES = ("contact", "contact_details", "contact_custom_fields")
+# The importer variants: the compiled hot path (where it is built; the pure one otherwise) and
+# the pure reference (IMPORTER_PURE=1), each with the environment that selects it.
+VARIANTS = {"compiled": {}, "pure": {"IMPORTER_PURE": "1"}}
+
+
+def importer_command() -> str:
+    """The ``importer`` script: the checkout's .venv, else the running interpreter's venv."""
+    local = ROOT / ".venv/bin/importer"
+    return str(local if local.exists() else Path(sys.executable).parent / "importer")
+
+
+def compiled_extensions() -> list[str]:
+    """The compiled hot-path modules built in this checkout (``importer/**/_*.so``)."""
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "importer").rglob("_*.so"))
 
 
 def dsn_for(database: str) -> str:
@@ -118,10 +144,25 @@ class Timing:
     peak_rss_mib: float | None = None
     db_cpu_s: float | None = None
     client_cpu_s: float | None = None
+    wal_bytes: int | None = None
 
     @property
     def rows_per_s(self) -> float:
         return self.rows / self.seconds
+
+
+def time_csv_reader(path: Path, rows: int) -> Timing:
+    """CPU seconds of iterating every row of the file with the stdlib's ``csv.reader``."""
+    cpu_before = time.process_time()
+    started = time.perf_counter()
+    count = 0
+    with path.open(encoding="utf-8", newline="") as handle:
+        for _ in csv.reader(handle):
+            count += 1
+    seconds = time.perf_counter() - started
+    cpu = time.process_time() - cpu_before
+    assert count == rows + 1, (count, rows)  # the header and every row
+    return Timing("csv.reader over the file (no database)", seconds, rows, client_cpu_s=cpu)
 
 
 def time_raw_copy(dsn: str, path: Path, rows: int) -> Timing:
@@ -217,12 +258,14 @@ def _wait_for_backends_to_exit(dsn: str) -> None:
 
 
 def run_importer(
-    dsn: str, path: Path, strategy: str, concurrency: int, chunk_size: int
+    dsn: str, path: Path, strategy: str, concurrency: int, chunk_size: int, variant: str
 ) -> tuple[dict, float, float, float, float]:
     """Run the CLI; return its JSON, wall seconds, peak RSS (MiB), its CPU and the DB's CPU."""
-    env = {**os.environ, "DATABASE_URL": dsn}
+    env = {**os.environ, "DATABASE_URL": dsn, **VARIANTS[variant]}
+    if variant != "pure":
+        env.pop("IMPORTER_PURE", None)
     cmd = [
-        str(HERE.parent / ".venv/bin/importer"),
+        importer_command(),
         "import",
         str(path),
         "--client-id",
@@ -253,19 +296,59 @@ def run_importer(
     return result, seconds, peak, float(result.get("cpu_s", 0.0)), db_cpu
 
 
-async def time_importer(
-    name: str, pre: Path, main: Path, rows: int, strategy: str, concurrency: int, chunk_size: int
-) -> tuple[Timing, dict]:
-    dsn = await fresh_database(name)
-    run_importer(dsn, pre, "merge", concurrency, chunk_size)  # untimed: the pre-existing keys
+def _psql_value(dsn: str, query: str) -> str:
+    done = subprocess.run(["psql", dsn, "-Atc", query], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def table_sizes(dsn: str) -> dict[str, object]:
+    """The contact tables' sizes (heap, indexes, TOAST) after an import, per stored contact."""
     subprocess.run(["psql", dsn, "-qc", "VACUUM ANALYZE"], check=True)
+    contacts = int(_psql_value(dsn, "SELECT count(*) FROM contact"))
+    sizes: dict[str, object] = {"contacts": contacts}
+    total = 0
+    for table in CONTACT_TABLES:
+        rows, heap, indexes, whole = _psql_value(
+            dsn,
+            f"SELECT (SELECT count(*) FROM {table}), pg_relation_size('{table}'), "
+            f"pg_indexes_size('{table}'), pg_total_relation_size('{table}')",
+        ).split("|")
+        sizes[table] = {
+            "rows": int(rows),
+            "heap_bytes": int(heap),
+            "index_bytes": int(indexes),
+            "total_bytes": int(whole),
+        }
+        total += int(whole)
+    sizes["total_bytes"] = total
+    sizes["bytes_per_contact"] = round(total / contacts, 1) if contacts else None
+    return sizes
+
+
+async def time_importer(
+    name: str,
+    pre: Path,
+    main: Path,
+    rows: int,
+    strategy: str,
+    concurrency: int,
+    chunk_size: int,
+    variant: str = "compiled",
+) -> tuple[Timing, dict, dict[str, object]]:
+    dsn = await fresh_database(name)
+    # untimed: the pre-existing keys
+    run_importer(dsn, pre, "merge", concurrency, chunk_size, variant)
+    subprocess.run(["psql", dsn, "-qc", "VACUUM ANALYZE"], check=True)
+    wal_before = _psql_value(dsn, "SELECT pg_current_wal_lsn()")
     result, seconds, rss, client_cpu, db_cpu = run_importer(
-        dsn, main, strategy, concurrency, chunk_size
+        dsn, main, strategy, concurrency, chunk_size, variant
     )
+    wal = int(float(_psql_value(dsn, f"SELECT pg_current_wal_lsn() - '{wal_before}'")))
     counters = [result[k] for k in ("inserted", "updated", "invalid", "error", "ignored")]
     assert result["rows_read"] == rows == sum(counters), result
-    name = f"importer import ({strategy}, {concurrency} consumers)"
-    return Timing(name, seconds, rows, rss, db_cpu, client_cpu), result
+    name = f"importer import ({strategy}, {variant}, {concurrency} consumers)"
+    timing = Timing(name, seconds, rows, rss, db_cpu, client_cpu, wal_bytes=wal)
+    return timing, result, table_sizes(dsn)
 
 
 def time_pgloader(dsn: str, path: Path, rows: int) -> Timing | None:
@@ -294,7 +377,21 @@ async def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=5000)
     parser.add_argument("--discard", action="store_true", help="also time DISCARD")
     parser.add_argument("--skip-floor", action="store_true")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--pure", action="store_true", help="run the importer's pure hot path (IMPORTER_PURE=1)"
+    )
+    which.add_argument(
+        "--compare-pure",
+        action="store_true",
+        help="run the compiled and the pure hot path back to back on the same file",
+    )
     args = parser.parse_args()
+    variants = (
+        ["pure"] if args.pure else ["compiled", "pure"] if args.compare_pure else ["compiled"]
+    )
+    built = compiled_extensions()
+    print(f"compiled extensions built: {', '.join(built) or 'none (compiled = pure)'}")
     data = HERE / "data"
     data.mkdir(exist_ok=True)
     main_path = data / f"contacts_{args.rows}_{args.seed}.csv"
@@ -304,6 +401,7 @@ async def main() -> None:
     stats = json.loads(Path(f"{main_path}.meta.json").read_text())
     rows = stats["rows"]
     timings: list[Timing] = []
+    reader = time_csv_reader(main_path, rows)
     dsn = await fresh_database("importer_bench_raw")
     timings.append(time_raw_copy(dsn, main_path, rows))
     pg = time_pgloader(dsn, main_path, rows)
@@ -313,53 +411,84 @@ async def main() -> None:
                 await fresh_database("importer_bench_floor"), pre_path, main_path, rows
             )
         )
-    merge, merge_result = await time_importer(
-        "importer_bench_merge",
-        pre_path,
-        main_path,
-        rows,
-        "merge",
-        args.concurrency,
-        args.chunk_size,
-    )
+    sizes: dict[str, dict[str, object]] = {}
     expected = stats["expected"]["after_preexisting_merge"]
-    assert all(merge_result[k] == v for k, v in expected.items()), (merge_result, expected)
-    timings.append(merge)
-    if args.discard:
-        discard, _ = await time_importer(
-            "importer_bench_discard",
-            pre_path,
-            main_path,
-            rows,
-            "discard",
-            args.concurrency,
-            args.chunk_size,
-        )
-        timings.append(discard)
+    strategies = ["merge", "discard"] if args.discard else ["merge"]
+    for strategy in strategies:
+        for variant in variants:  # back to back: the variants see the machine at the same hour
+            timing, result, found = await time_importer(
+                f"importer_bench_{strategy}_{variant}",
+                pre_path,
+                main_path,
+                rows,
+                strategy,
+                args.concurrency,
+                args.chunk_size,
+                variant,
+            )
+            if strategy == "merge":
+                assert all(result[k] == v for k, v in expected.items()), (result, expected)
+            sizes[f"{strategy}, {variant}"] = found
+            timings.append(timing)
     if pg is not None:
         timings.append(pg)
-    report(timings, args, rows)
+    timings.append(reader)
+    report(timings, args, rows, sizes, built)
 
 
-def report(timings: list[Timing], args: argparse.Namespace, rows: int) -> None:
+def _ratio(value: float | None, base: float | None, width: int = 8, digits: int = 2) -> str:
+    if value is None or not base:
+        return f"{'':>{width}}"
+    return f"{value / base:{width}.{digits}f}"
+
+
+def report(
+    timings: list[Timing],
+    args: argparse.Namespace,
+    rows: int,
+    sizes: dict[str, dict[str, object]],
+    built: list[str],
+) -> None:
     by_name = {t.name.split(" (")[0]: t for t in timings}
     raw, floor = by_name["raw \\copy"], by_name.get("database floor")
+    reader = by_name["csv.reader over the file"]
+    floor_db_cpu = floor.db_cpu_s if floor else None
     print(
         f"\n{rows:,} rows, seed {args.seed}, chunk size {args.chunk_size}, {os.cpu_count()} cores"
     )
     print(
         f"{'what':55} {'seconds':>9} {'rows/s':>10} {'x floor':>8} {'x copy':>8} {'peak RSS':>9}"
-        f" {'db cpu s':>9} {'py cpu s':>9}"
+        f" {'db cpu s':>9} {'db/floor':>8} {'py cpu s':>9} {'py/csv':>7} {'WAL MB':>7}"
     )
     for t in timings:
-        vs_floor = f"{t.rows_per_s / floor.rows_per_s:8.2f}" if floor else f"{'-':>8}"
         rss = f"{t.peak_rss_mib:7.0f}MB" if t.peak_rss_mib else f"{'':>9}"
         db_cpu = f"{t.db_cpu_s:9.1f}" if t.db_cpu_s is not None else f"{'':>9}"
-        py_cpu = f"{t.client_cpu_s:9.1f}" if t.client_cpu_s is not None else f"{'':>9}"
+        py_cpu = f"{'':>9}"
+        if t.client_cpu_s is not None:
+            py_cpu = f"{t.client_cpu_s:9.{2 if t.client_cpu_s < 10 else 1}f}"
+        wal = f"{t.wal_bytes / 1e6:7.0f}" if t.wal_bytes is not None else f"{'':>7}"
+        is_reader = t is reader
         print(
-            f"{t.name:55} {t.seconds:9.2f} {t.rows_per_s:10,.0f} {vs_floor} "
-            f"{t.rows_per_s / raw.rows_per_s:8.3f} {rss} {db_cpu} {py_cpu}"
+            f"{t.name:55} {t.seconds:9.2f} {t.rows_per_s:10,.0f} "
+            f"{_ratio(None if is_reader else t.rows_per_s, floor.rows_per_s if floor else None)} "
+            f"{_ratio(None if is_reader else t.rows_per_s, raw.rows_per_s, digits=3)} {rss} "
+            f"{db_cpu} {_ratio(t.db_cpu_s, floor_db_cpu)} {py_cpu} "
+            f"{_ratio(t.client_cpu_s, reader.client_cpu_s, width=7)} {wal}"
         )
+    print(
+        "db/floor: PostgreSQL's CPU against the floor's; py/csv: the process's CPU against a "
+        "csv.reader pass over the same file"
+    )
+    for label, found in sizes.items():
+        if label.startswith("merge"):
+            parts = ", ".join(
+                f"{table} {found[table]['total_bytes'] / 2**20:.1f} MiB"  # type: ignore[index]
+                for table in CONTACT_TABLES
+            )
+            print(
+                f"sizes after MERGE ({label.split(', ')[1]}): {found['contacts']:,} contacts, "
+                f"{parts}: {found['bytes_per_contact']} bytes per contact (indexes included)"
+            )
     results = HERE / "results"
     results.mkdir(exist_ok=True)
     (results / f"{rows}.json").write_text(
@@ -369,7 +498,24 @@ def report(timings: list[Timing], args: argparse.Namespace, rows: int) -> None:
                 "seed": args.seed,
                 "chunk_size": args.chunk_size,
                 "concurrency": args.concurrency,
-                "timings": [{**t.__dict__, "rows_per_s": t.rows_per_s} for t in timings],
+                "compiled_extensions": built,
+                "timings": [
+                    {
+                        **t.__dict__,
+                        "rows_per_s": t.rows_per_s,
+                        "db_cpu_x_floor": (
+                            t.db_cpu_s / floor_db_cpu if t.db_cpu_s and floor_db_cpu else None
+                        ),
+                        "py_cpu_x_csv_reader": (
+                            t.client_cpu_s / reader.client_cpu_s
+                            if t.client_cpu_s and reader.client_cpu_s
+                            else None
+                        ),
+                    }
+                    for t in timings
+                ],
+                "csv_reader_cpu_s": reader.client_cpu_s,
+                "sizes": sizes,
             },
             indent=2,
         )
