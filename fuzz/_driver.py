@@ -51,7 +51,13 @@ def load_target(path: Path) -> Callable[[bytes], None]:
     test: Callable[[bytes], None] = module.TestOneInput
     importer = sys.modules.get("importer")
     where = getattr(importer, "__file__", None) if importer else None
+    compiled = sorted(
+        name
+        for name, loaded in list(sys.modules.items())
+        if name.startswith("importer.") and str(getattr(loaded, "__file__", "")).endswith(".so")
+    )
     print(f"INFO: {path.name} imports importer from {where}", file=sys.stderr)
+    print(f"INFO: compiled modules loaded: {', '.join(compiled) or 'none'}", file=sys.stderr)
     return test
 
 
