@@ -2,8 +2,10 @@
 module it accelerates (the pure module stays the oracle). ``pip install .`` builds them; a
 C compiler is needed (gcc on Debian, ``build-essential`` in the Dockerfile's build stage).
 
-``IMPORTER_SANITIZE=address`` builds them with AddressSanitizer for the fuzz targets
-(``scripts/fuzz``); never for a normal install.
+``IMPORTER_SANITIZE=address,fuzzer-no-link`` with ``CC=clang`` builds them with AddressSanitizer
+and libFuzzer's coverage instrumentation for the atheris fuzz targets (``scripts/fuzz``, which
+runs them with atheris's ``asan_with_fuzzer.so`` preloaded); never for a normal install. Clang,
+not gcc: gcc has no ``fuzzer-no-link``, and its libasan is not the runtime atheris preloads.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from setuptools import Extension, setup
 
 ROOT = Path(__file__).parent
 SANITIZE = os.environ.get("IMPORTER_SANITIZE", "")
-COMPILE_ARGS = ["-O2"] if not SANITIZE else ["-O1", "-g", f"-fsanitize={SANITIZE}"]
+COMPILE_ARGS = (
+    ["-O2"] if not SANITIZE else ["-O1", "-g", "-fno-omit-frame-pointer", f"-fsanitize={SANITIZE}"]
+)
 LINK_ARGS = [] if not SANITIZE else [f"-fsanitize={SANITIZE}"]
 
 
