@@ -20,6 +20,7 @@ from libc.string cimport memchr, memcpy
 from importer.adapters.postgres.copybin import HEADER, MAX_COLUMNS, Kind, nul_refused, uuid_bytes
 
 cdef extern from "Python.h":
+    const Py_ssize_t PY_SSIZE_T_MAX
     int PyUnicode_READY(object) except -1
     bint PyUnicode_IS_ASCII(object)
     void* PyUnicode_DATA(object)
@@ -44,18 +45,23 @@ cdef struct Buffer:
     Py_ssize_t capacity
 
 
-cdef int reserve(Buffer* buf, Py_ssize_t extra) except -1:
-    """Room for ``extra`` more bytes (doubling; refusing a size past Py_ssize_t)."""
+cdef inline int reserve(Buffer* buf, Py_ssize_t extra) except -1:
+    """Room for ``extra`` more bytes."""
+    if extra <= buf.capacity - buf.length:
+        return 0
+    return grow(buf, extra)
+
+
+cdef int grow(Buffer* buf, Py_ssize_t extra) except -1:
+    """Double the buffer until ``extra`` more bytes fit (refusing a size past Py_ssize_t)."""
     cdef Py_ssize_t needed, capacity
     cdef char* grown
-    if extra > 0x7FFFFFFFFFFFFFFF - buf.length:
+    if extra > PY_SSIZE_T_MAX - buf.length:
         raise MemoryError()
     needed = buf.length + extra
-    if needed <= buf.capacity:
-        return 0
     capacity = buf.capacity if buf.capacity > 0 else FIRST_CAPACITY
     while capacity < needed:
-        capacity = capacity * 2 if capacity < 0x3FFFFFFFFFFFFFFF else needed
+        capacity = capacity * 2 if capacity <= PY_SSIZE_T_MAX // 2 else needed
     grown = <char*>realloc(buf.data, capacity)
     if grown == NULL:
         raise MemoryError()

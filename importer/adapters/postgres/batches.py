@@ -47,7 +47,7 @@ _CONTACT = ("id", "client_id", "cpf_cnpj", "name", "street_address", "import_job
 _DETAIL = ("contact_id", "client_id", "channel_id", "value", "country_code", "country")
 _CUSTOM = ("contact_id", "client_id", "custom_field_id", "value")
 _ROW_ERROR = ("job_id", "line", "column_name", "reason", "severity", "value")
-_COPY_MESSAGE = 1 << 20  # bytes per CopyData message of a payload (the server takes < 1 GB)
+_COPY_MESSAGE = 1 << 19  # bytes per CopyData message (asyncpg's own size; the server takes < 1 GB)
 
 
 class PostgresBatches:
@@ -405,7 +405,7 @@ class PostgresBatches:
         kinds: Sequence[copybin.Kind],
         rows: Sequence[tuple[Any, ...]],
     ) -> None:
-        """COPY ``rows`` into ``table``: one binary payload, sent in messages of a megabyte."""
+        """COPY ``rows`` into ``table``: one binary payload, sent in messages of half a megabyte."""
         payload = memoryview(self._encode(kinds, rows))
         messages = cast("AsyncIterable[bytes]", _messages(payload))  # any buffer will do
         await conn.copy_to_table(table, source=messages, columns=columns, format="binary")
