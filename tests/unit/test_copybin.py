@@ -72,6 +72,7 @@ TEXT = st.one_of(
     st.text(),
     st.text(alphabet=st.characters(min_codepoint=0x10000), max_size=20),  # astral
     st.text(alphabet="aé😀\x00", max_size=10),  # NUL: refused
+    st.text(alphabet=st.characters(max_codepoint=0xFF), max_size=40),  # Latin-1: encoded in C
     st.text(alphabet=st.characters(codec="utf-8"), min_size=1000, max_size=3000),
     st.just(""),
     st.just("\ud800"),  # a lone surrogate: not UTF-8

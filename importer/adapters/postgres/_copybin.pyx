@@ -23,6 +23,8 @@ cdef extern from "Python.h":
     const Py_ssize_t PY_SSIZE_T_MAX
     int PyUnicode_READY(object) except -1
     bint PyUnicode_IS_ASCII(object)
+    int PyUnicode_KIND(object)
+    int PyUnicode_1BYTE_KIND
     void* PyUnicode_DATA(object)
     Py_ssize_t PyUnicode_GET_LENGTH(object)
     const char* PyUnicode_AsUTF8AndSize(object, Py_ssize_t*) except NULL
@@ -120,7 +122,8 @@ cdef long long integer(object value, int kind) except? -1:
 
 
 cdef int put_text(Buffer* buf, object value) except -1:
-    """A text field: the str's UTF-8 bytes (its own when it is ASCII), refusing NUL."""
+    """A text field: the str's UTF-8 bytes, refusing NUL. An ASCII str's own bytes; a Latin-1
+    one (one byte per character: most accented text) encoded here; any other by CPython."""
     cdef const char* data
     cdef Py_ssize_t size
     if not PyUnicode_Check(value):
@@ -129,6 +132,8 @@ cdef int put_text(Buffer* buf, object value) except -1:
     if PyUnicode_IS_ASCII(value):
         data = <const char*>PyUnicode_DATA(value)
         size = PyUnicode_GET_LENGTH(value)
+    elif PyUnicode_KIND(value) == PyUnicode_1BYTE_KIND:
+        return put_latin1(buf, <const uint8_t*>PyUnicode_DATA(value), PyUnicode_GET_LENGTH(value))
     else:
         data = PyUnicode_AsUTF8AndSize(value, &size)  # a surrogate: UnicodeEncodeError
     if size > MAX_FIELD:
@@ -138,6 +143,33 @@ cdef int put_text(Buffer* buf, object value) except -1:
     reserve(buf, 4 + size)
     put32(buf, <uint32_t>size)
     memcpy(buf.data + buf.length, data, size)
+    buf.length += size
+    return 0
+
+
+cdef int put_latin1(Buffer* buf, const uint8_t* chars, Py_ssize_t count) except -1:
+    """A text field of Latin-1 characters: one UTF-8 byte below U+0080, two from there."""
+    cdef Py_ssize_t i, size = count
+    cdef uint8_t c
+    cdef uint8_t* out
+    for i in range(count):
+        size += chars[i] >> 7
+    if size > MAX_FIELD:
+        raise ValueError("string too long")
+    if count and memchr(chars, 0, count) != NULL:
+        raise nul_refused()
+    reserve(buf, 4 + size)
+    put32(buf, <uint32_t>size)
+    out = <uint8_t*>(buf.data + buf.length)
+    for i in range(count):
+        c = chars[i]
+        if c < 0x80:
+            out[0] = c
+            out += 1
+        else:
+            out[0] = 0xC0 | (c >> 6)
+            out[1] = 0x80 | (c & 0x3F)
+            out += 2
     buf.length += size
     return 0
 

@@ -52,15 +52,8 @@ NULL = b"\xff\xff\xff\xff"  # int32 -1
 MAX_FIELD = 0x7FFFFFFF  # a field's length is an int32
 MAX_COLUMNS = 1664  # PostgreSQL's limit on a tuple's columns (the count is an int16)
 
-# A column kind → (its int32 length and value as struct packs them, lowest, highest, the name
-# of the range in asyncpg's error).
-_INTS = {
-    Kind.INT2: (struct.Struct(">ih"), -(2**15), 2**15 - 1, "int16"),
-    Kind.INT4: (struct.Struct(">ii"), -(2**31), 2**31 - 1, "int32"),
-    Kind.INT8: (struct.Struct(">iq"), -(2**63), 2**63 - 1, "int64"),
-}
-_LENGTH = struct.Struct(">i")
 _COUNT = struct.Struct(">h")
+_LENGTH = struct.Struct(">i")
 
 # Rows and their columns → the COPY payload (this module's encode, or _copybin's).
 Encode = Callable[[Sequence[Kind], Sequence[Sequence[object]]], bytearray]
@@ -75,14 +68,17 @@ def nul_refused() -> asyncpg.exceptions.CharacterNotInRepertoireError:
 
 def encode(kinds: Sequence[Kind], rows: Sequence[Sequence[object]]) -> bytearray:
     """The binary COPY payload of ``rows`` (each a value per column of ``kinds``, None: NULL)."""
-    columns = _columns(kinds)
+    fields = [_FIELDS[kind] for kind in _columns(kinds)]
+    width = len(fields)
+    count = _COUNT.pack(width)
     out = bytearray(HEADER)
-    count = _COUNT.pack(len(columns))
     for row in rows:
-        values = _values(row, len(columns))
+        values = row if type(row) is tuple else tuple(row)
+        if len(values) != width:
+            raise ValueError(f"a row of {len(values)} values for {width} columns")
         out += count
-        for kind, value in zip(columns, values, strict=True):
-            out += _field(kind, value)
+        for field, value in zip(fields, values, strict=True):
+            out += NULL if value is None else field(value)
     out += TRAILER
     return out
 
@@ -106,35 +102,51 @@ def _columns(kinds: Sequence[Kind]) -> tuple[Kind, ...]:
     return columns
 
 
-def _values(row: Sequence[object], width: int) -> tuple[object, ...]:
-    values = tuple(row)
-    if len(values) != width:
-        raise ValueError(f"a row of {len(values)} values for {width} columns")
-    return values
+def _int_field(size: int, name: str) -> Callable[[object], bytes]:
+    """The field of an int column of ``size`` bytes (``name``: its range in asyncpg's error)."""
+    length = _LENGTH.pack(size)
+    lowest, highest = -(2 ** (8 * size - 1)), 2 ** (8 * size - 1) - 1
+
+    def field(value: object) -> bytes:
+        if type(value) is int and lowest <= value <= highest:  # the common case, quickly
+            return length + value.to_bytes(size, "big", signed=True)
+        try:
+            number: int | None = integer(value)
+        except OverflowError:  # int(inf), as asyncpg: out of range
+            number = None
+        if number is None or not lowest <= number <= highest:
+            raise OverflowError(f"value out of {name} range")
+        return length + number.to_bytes(size, "big", signed=True)
+
+    return field
 
 
-def _field(kind: Kind, value: object) -> bytes:
-    """One field: its int32 length and its bytes."""
-    if value is None:
-        return NULL
-    if kind is Kind.TEXT:
-        raw = text_bytes(value)
-        return _LENGTH.pack(len(raw)) + raw
-    if kind is Kind.UUID:
-        return _LENGTH.pack(16) + uuid_bytes(value)
-    packer, lowest, highest, name = _INTS[kind]
-    try:
-        number: int | None = integer(value)
-    except OverflowError:  # int(inf), as asyncpg: out of range
-        number = None
-    if number is None or not lowest <= number <= highest:
-        raise OverflowError(f"value out of {name} range")
-    return packer.pack(packer.size - 4, number)
+def _text_field(value: object) -> bytes:
+    raw = value.encode("utf-8") if type(value) is str else text_bytes(value)
+    if b"\x00" in raw or len(raw) > MAX_FIELD:
+        raw = text_bytes(value)  # raises
+    return _LENGTH.pack(len(raw)) + raw
+
+
+def _uuid_field(value: object) -> bytes:
+    return b"\x00\x00\x00\x10" + uuid_bytes(value)
+
+
+# A column kind → its (non-NULL) field: the int32 length and the value's bytes.
+_FIELDS = {
+    Kind.INT2: _int_field(2, "int16"),
+    Kind.INT4: _int_field(4, "int32"),
+    Kind.INT8: _int_field(8, "int64"),
+    Kind.TEXT: _text_field,
+    Kind.UUID: _uuid_field,
+}
 
 
 def integer(value: object) -> int:
     """An int column's value as asyncpg takes it: an int, or what ``int()`` makes of an object
     with ``__int__`` (a float is truncated), else a TypeError."""
+    if type(value) is int:
+        return value
     if isinstance(value, int):
         return int(value)
     if hasattr(type(value), "__int__"):
