@@ -195,7 +195,7 @@ async def run_import(
         settings.database_url, request.concurrency + 3, lock_timeout_ms=settings.lock_timeout_ms
     )
     try:
-        store = PostgresJobQueue(pool)
+        store = PostgresJobQueue(pool, compiled=settings.compiled)
         async with interrupt_on_signals(interrupt) as stop:
             outcome = await import_source(
                 store,
@@ -226,7 +226,7 @@ async def run_resume(
         settings.database_url, settings.concurrency + 3, lock_timeout_ms=settings.lock_timeout_ms
     )
     try:
-        store = PostgresJobQueue(pool)
+        store = PostgresJobQueue(pool, compiled=settings.compiled)
         async with interrupt_on_signals(interrupt) as stop:
             outcome = await resume_job(
                 store,
@@ -266,13 +266,15 @@ async def run_workers(settings: Settings, count: int) -> None:
 
     size = pool_size(settings, count, others=LISTEN_CONNECTIONS)
     pool = await connect_pool(settings.database_url, size, lock_timeout_ms=settings.lock_timeout_ms)
-    store = PostgresJobQueue(pool, dsn=settings.database_url)
+    store = PostgresJobQueue(pool, dsn=settings.database_url, compiled=settings.compiled)
     objects = object_store(settings)
     metrics = PipelineMetrics()
     try:
         async with stop_on_signals() as stop, accelerator_running(settings) as accelerator:
             observer = hinting(metrics, accelerator)
-            async with fanout_running(settings, PostgresStore(pool), observer, stop.set) as fanout:
+            async with fanout_running(
+                settings, PostgresStore(pool, compiled=settings.compiled), observer, stop.set
+            ) as fanout:
                 workers = [
                     Worker(
                         store,

@@ -69,9 +69,9 @@ async def open_resources(
         settings.database_url, pool_size(settings), lock_timeout_ms=settings.lock_timeout_ms
     )
     # The workers share one store: one LISTEN connection wakes them when a job is queued.
-    queue = PostgresJobQueue(pool, dsn=settings.database_url)
+    queue = PostgresJobQueue(pool, dsn=settings.database_url, compiled=settings.compiled)
     try:
-        store = PostgresStore(pool)
+        store = PostgresStore(pool, compiled=settings.compiled)
         async with (
             wiring.accelerator_running(settings) as accelerator,
             wiring.fanout_running(

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from typing import Any, cast
 
 import asyncpg
 
+from importer.adapters.postgres import copybin
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.adapters.postgres.records import storable_text
 from importer.core import failpoints, lifecycle, merge
@@ -46,17 +47,20 @@ _CONTACT = ("id", "client_id", "cpf_cnpj", "name", "street_address", "import_job
 _DETAIL = ("contact_id", "client_id", "channel_id", "value", "country_code", "country")
 _CUSTOM = ("contact_id", "client_id", "custom_field_id", "value")
 _ROW_ERROR = ("job_id", "line", "column_name", "reason", "severity", "value")
+_COPY_MESSAGE = 1 << 19  # bytes per CopyData message (asyncpg's own size; the server takes < 1 GB)
 
 
 class PostgresBatches:
     """The batches of runs (the batch half of :class:`importer.ports.Store`).
 
     Each instance caches the clients' custom field ids and a block of contact ids reserved
-    from the sequence, and counts its inserts to ANALYZE as the tables grow.
+    from the sequence, and counts its inserts to ANALYZE as the tables grow. The new rows go
+    in by binary COPY, encoded by :mod:`.copybin` (``compiled``: its C twin, when built).
     """
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, compiled: bool = True) -> None:
         self._pool = pool
+        self._encode = copybin.encoder(compiled)
         self._q = queries()
         self._field_ids: dict[tuple[int, str], int] = {}  # (client, lower(name)) → id
         self._id_pool: list[int] = []
@@ -334,13 +338,13 @@ class PostgresBatches:
         # Let the event loop serve others (HTTP requests in `importer serve`) between building
         # the batch's rows and encoding them: each step is several milliseconds of Python.
         await asyncio.sleep(0)
-        for table, rows, columns in (
-            ("contact", contact_rows, _CONTACT),
-            ("contact_details", detail_rows, _DETAIL),
-            ("contact_custom_fields", custom_rows, _CUSTOM),
+        for table, rows, columns, kinds in (
+            ("contact", contact_rows, _CONTACT, copybin.CONTACT),
+            ("contact_details", detail_rows, _DETAIL, copybin.DETAIL),
+            ("contact_custom_fields", custom_rows, _CUSTOM, copybin.CUSTOM),
         ):
             if rows:
-                await conn.copy_records_to_table(table, records=rows, columns=columns)
+                await self._copy(conn, table, columns, kinds, rows)
         await self._update_stored(conn, client, plan)
         if job.journey_id is not None:
             await self._join_journey(conn, job, plan, ids)
@@ -391,4 +395,24 @@ class PostgresBatches:
             (job_id, i.line, i.column, i.reason.value, i.severity.value, storable_text(i.value))
             for i in issues
         ]
-        await conn.copy_records_to_table("import_row_error", records=records, columns=_ROW_ERROR)
+        await self._copy(conn, "import_row_error", _ROW_ERROR, copybin.ROW_ERROR, records)
+
+    async def _copy(
+        self,
+        conn: Conn,
+        table: str,
+        columns: Sequence[str],
+        kinds: Sequence[copybin.Kind],
+        rows: Sequence[tuple[Any, ...]],
+    ) -> None:
+        """COPY ``rows`` into ``table``: one binary payload, sent in messages of half a megabyte."""
+        payload = memoryview(self._encode(kinds, rows))
+        messages = cast("AsyncIterable[bytes]", _messages(payload))  # any buffer will do
+        await conn.copy_to_table(table, source=messages, columns=columns, format="binary")
+
+
+async def _messages(payload: memoryview) -> AsyncIterator[memoryview]:
+    """The payload in CopyData-sized slices (a memoryview each, never bytes: asyncpg would
+    take bytes for a file's path)."""
+    for start in range(0, len(payload), _COPY_MESSAGE):
+        yield payload[start : start + _COPY_MESSAGE]

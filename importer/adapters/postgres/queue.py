@@ -27,9 +27,12 @@ class PostgresJobQueue(PostgresStore):
     """The :class:`importer.ports.JobQueue`: the store a worker (or the CLI's own run) uses,
     plus the job's lease."""
 
-    def __init__(self, pool: asyncpg.Pool, *, dsn: str | None = None) -> None:
-        """``dsn``: where :meth:`wait_for_jobs` opens its own LISTEN connection (workers only)."""
-        super().__init__(pool)
+    def __init__(
+        self, pool: asyncpg.Pool, *, dsn: str | None = None, compiled: bool = True
+    ) -> None:
+        """``dsn``: where :meth:`wait_for_jobs` opens its own LISTEN connection (workers only);
+        ``compiled``: as :class:`PostgresStore`'s."""
+        super().__init__(pool, compiled=compiled)
         self._listener = Listener(dsn, JOBS_CHANNEL) if dsn is not None else None
 
     async def claim_job(self, owner: str, lease_s: float, max_per_client: int) -> Job | None:

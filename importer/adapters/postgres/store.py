@@ -16,6 +16,7 @@ from importer.adapters.postgres.jobs import PostgresJobs
 class PostgresStore(PostgresJobs, PostgresBatches):
     """The :class:`importer.ports.Store`: the pipeline's batches and its job's row."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, compiled: bool = True) -> None:
+        """``compiled``: encode the batches' COPY payloads in C (when it is built)."""
         PostgresJobs.__init__(self, pool)
-        PostgresBatches.__init__(self, pool)
+        PostgresBatches.__init__(self, pool, compiled=compiled)

@@ -1,0 +1,5 @@
+from collections.abc import Sequence
+
+from importer.adapters.postgres.copybin import Kind
+
+def encode(kinds: Sequence[Kind], rows: Sequence[Sequence[object]]) -> bytearray: ...
