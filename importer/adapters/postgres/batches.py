@@ -55,12 +55,15 @@ class PostgresBatches:
 
     Each instance caches the clients' custom field ids and a block of contact ids reserved
     from the sequence, and counts its inserts to ANALYZE as the tables grow. The new rows go
-    in by binary COPY, encoded by :mod:`.copybin` (``compiled``: its C twin, when built).
+    in by binary COPY encoded by the compiled twin of :mod:`.copybin` (``compiled`` and built);
+    otherwise by asyncpg's own record encoding (``copy_records_to_table``), which writes the
+    same bytes (tests/integration/test_copybin.py) several times faster than the pure
+    :func:`.copybin.encode`, the oracle the compiled encoder is tested against.
     """
 
     def __init__(self, pool: asyncpg.Pool, *, compiled: bool = True) -> None:
         self._pool = pool
-        self._encode = copybin.encoder(compiled)
+        self._encode = copybin.compiled_encoder() if compiled else None
         self._q = queries()
         self._field_ids: dict[tuple[int, str], int] = {}  # (client, lower(name)) → id
         self._id_pool: list[int] = []
@@ -405,7 +408,11 @@ class PostgresBatches:
         kinds: Sequence[copybin.Kind],
         rows: Sequence[tuple[Any, ...]],
     ) -> None:
-        """COPY ``rows`` into ``table``: one binary payload, sent in messages of half a megabyte."""
+        """COPY ``rows`` into ``table``: one binary payload, sent in messages of half a megabyte
+        (without the compiled encoder: asyncpg encodes the records)."""
+        if self._encode is None:
+            await conn.copy_records_to_table(table, records=rows, columns=columns)
+            return
         payload = memoryview(self._encode(kinds, rows))
         messages = cast("AsyncIterable[bytes]", _messages(payload))  # any buffer will do
         await conn.copy_to_table(table, source=messages, columns=columns, format="binary")

@@ -83,6 +83,15 @@ def encode(kinds: Sequence[Kind], rows: Sequence[Sequence[object]]) -> bytearray
     return out
 
 
+def compiled_encoder() -> Encode | None:
+    """The compiled encoder, or None when the extension is not built."""
+    try:
+        from importer.adapters.postgres import _copybin
+    except ImportError:
+        return None
+    return _copybin.encode
+
+
 def encoder(compiled: bool) -> Encode:
     """The compiled encoder when asked for and built, else this module's :func:`encode`."""
     if compiled:
