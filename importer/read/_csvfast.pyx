@@ -10,15 +10,16 @@ and the records are then made with the GIL. The rare paths stay the pure ones, i
 skip of a record over the cap (``_skip_to_end``, ``_compress``, ``_hold``) and the check of a
 suspect or long record (``_problem``).
 
-Memory: the spans of at most ``_RECORDS`` records are held at a time (the field array grows only
-for a single record with more fields, bounded by its length, itself bounded by the cap + a block).
+Memory: the spans of at most ``_RECORDS`` records and ``_FIELDS`` fields are held at a time, a
+fixed size; a record with more fields than that (rare: a wide sheet, or a hostile one) and those
+after it in the text are left to the pure reader.
 """
 
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_KIND, PyUnicode_Substring
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
 from importer.read.csvfile import CsvReader, _is_blank
@@ -53,11 +54,11 @@ ctypedef fused char_t:
 
 cdef enum:
     _RECORDS = 4096  # records scanned per nogil section
-    _FIELDS = 32768  # initial capacity of the field array
+    _FIELDS = 16384  # fields scanned per nogil section
     # _record's answers other than a record's end
     _INCOMPLETE = -1  # the text ends inside the record (it is held for the next block)
     _FULL = -2  # the field array is full: emit what is scanned, then go on
-    _NO_MEMORY = -3
+    _WIDE = -3  # the record alone has more fields than the array holds
 
 cdef Py_UCS4 _QUOTE = 0x22, _CR = 0x0D, _LF = 0x0A
 
@@ -96,7 +97,6 @@ cdef struct Scan:
     Py_ssize_t nrec
     Field* fields
     Py_ssize_t nfield
-    Py_ssize_t fcap
 
 
 # --- the scan (no GIL) ------------------------------------------------------------------------
@@ -105,16 +105,10 @@ cdef struct Scan:
 cdef inline bint _add_field(
     Scan* s, Py_ssize_t a, Py_ssize_t b, Py_ssize_t c, Py_ssize_t d, bint pairs, unsigned int bits
 ) noexcept nogil:
-    """Append a field; False when the array is full and cannot grow (or must not: see _record)."""
-    cdef Field* grown
+    """Append a field; False when the array is full."""
     cdef Field* f
-    if s.nfield == s.fcap:
-        if s.nrec > 0:
-            return False  # emit the records scanned first, then scan this one again
-        grown = <Field*>realloc(s.fields, 2 * s.fcap * sizeof(Field))
-        if grown == NULL:
-            return False
-        s.fields, s.fcap = grown, 2 * s.fcap
+    if s.nfield == _FIELDS:
+        return False
     f = &s.fields[s.nfield]
     f.a, f.b, f.c, f.d, f.pairs, f.bits = a, b, c, d, pairs, bits
     s.nfield += 1
@@ -128,7 +122,7 @@ cdef inline bint _ends_field(Py_UCS4 ch, Py_UCS4 delimiter) noexcept nogil:
 cdef Py_ssize_t _record(
     const char_t* data, Py_ssize_t n, Py_ssize_t start, bint final, Py_UCS4 delimiter, Scan* s
 ) noexcept nogil:
-    """Scan the record at start into s: its end, or _INCOMPLETE, _FULL or _NO_MEMORY.
+    """Scan the record at start into s: its end, or _INCOMPLETE, _FULL or _WIDE.
 
     When final, a record running to the end of the text is the last one, without a line break.
     """
@@ -173,7 +167,7 @@ cdef Py_ssize_t _record(
         all_bits |= bits
         if not _add_field(s, a, b, c, p, pairs, bits):
             s.nfield = first
-            return _FULL if s.nrec > 0 else _NO_MEMORY
+            return _FULL if s.nrec > 0 else _WIDE
         if p == n:
             if not final:
                 s.nfield = first
@@ -234,7 +228,7 @@ cdef Py_ssize_t _scan(
     Scan* s,
 ) noexcept nogil:
     """Scan up to _RECORDS records from pos into s (reset): where the next record starts, or
-    _NO_MEMORY. The scan stopped early when s holds _RECORDS records or _FULL was met."""
+    _WIDE if that one is too wide for s (and s holds nothing)."""
     cdef Py_ssize_t end
     cdef Rec* r
     s.nrec = 0
@@ -242,8 +236,8 @@ cdef Py_ssize_t _scan(
     while s.nrec < _RECORDS:
         end = _record(data, n, pos, final, delimiter, s)
         if end < 0:
-            if end == _NO_MEMORY:
-                return _NO_MEMORY
+            if end == _WIDE:
+                return _WIDE
             break
         r = &s.recs[s.nrec - 1]
         if ascii or r.bits < 0x80:
@@ -256,7 +250,7 @@ cdef Py_ssize_t _scan(
 
 cdef Py_ssize_t _scan_buf(
     str buf, Py_ssize_t pos, bint final, Py_UCS4 delimiter, int width, int mode, Scan* s
-) except -2:
+) noexcept:
     """_scan on buf's own characters, without the GIL."""
     cdef int kind = PyUnicode_KIND(buf)
     cdef void* data = PyUnicode_DATA(buf)
@@ -269,8 +263,6 @@ cdef Py_ssize_t _scan_buf(
             end = _scan(<Py_UCS2*>data, n, pos, final, delimiter, ascii, width, mode, s)
         else:
             end = _scan(<Py_UCS4*>data, n, pos, final, delimiter, ascii, width, mode, s)
-    if end == _NO_MEMORY:
-        raise MemoryError()
     return end
 
 
@@ -438,10 +430,18 @@ cdef int _mode(str encoding):
 
 
 cdef Py_ssize_t _records(
-    object reader, str buf, Py_ssize_t pos, bint final, bint suspect, list out, bint* tail
+    object reader,
+    str buf,
+    Py_ssize_t pos,
+    bint final,
+    bint suspect,
+    list out,
+    bint* tail,
+    bint* wide,
 ) except -2:
     """Emit the records of buf from pos into out: where the record in progress starts. When
-    final, the last one, without a line break, is emitted too (then *tail is set)."""
+    final, the last one, without a line break, is emitted too (then *tail is set). *wide is
+    set when the scan stopped at a record too wide for it (the pure reader goes on there)."""
     cdef Scan s
     cdef Py_UCS4 delimiter = ord(reader._delimiter)
     decoder = reader._decoder
@@ -452,7 +452,6 @@ cdef Py_ssize_t _records(
     cdef Rec* last
     s.recs = <Rec*>malloc(_RECORDS * sizeof(Rec))
     s.fields = <Field*>malloc(_FIELDS * sizeof(Field))
-    s.fcap = _FIELDS
     if s.recs == NULL or s.fields == NULL:
         free(s.recs)
         free(s.fields)
@@ -460,6 +459,9 @@ cdef Py_ssize_t _records(
     try:
         while True:
             end = _scan_buf(buf, pos, final, delimiter, width, mode, &s)
+            if end == _WIDE:
+                wide[0] = True
+                break
             if s.nrec == 0:
                 break
             line, offset = _emit(reader, buf, &s, line, offset, suspect, check_over, out)
@@ -481,13 +483,25 @@ class FastCsvReader(CsvReader):
         dirty = self._dirty or self._decoder.escaped
         cdef list out = []
         cdef Py_ssize_t pos = 0, end
-        cdef bint tail = False
+        cdef bint tail = False, wide = False
         if self._skip is not None:
             pos = self._skip_to_end(buf, final, out)
             if pos < 0:
                 return out
         suspect = dirty or buf.find("\x00", pos) >= 0
-        end = _records(self, buf, pos, final, suspect, out, &tail)
-        if not tail:  # (as CsvReader: after the last record without a line break, no hold)
+        end = _records(self, buf, pos, final, suspect, out, &tail, &wide)
+        if wide:
+            self._pure_rest(buf, end, final, out, suspect, dirty)
+        elif not tail:  # (as CsvReader: after the last record without a line break, no hold)
             self._hold(buf[end:], dirty)
         return out
+
+    def _pure_rest(self, buf, pos, final, out, suspect, dirty):
+        """CsvReader._consume from pos on (where a record too wide for the scan starts)."""
+        texts, quoted_fields, end = self._records(buf, pos, final)
+        out += self._emit(texts, iter(quoted_fields), suspect=suspect)
+        if final and end < len(buf):  # the last record, without a line break
+            last = [buf[end:]]
+            out += self._emit(last, iter(self._parse_quoted(last)), suspect=suspect, ends="")
+        else:
+            self._hold(buf[end:], dirty)

@@ -131,14 +131,30 @@ def test_compiled_reader_is_the_pure_reader_whatever_the_cuts(
 
 @pytest.mark.parametrize("records", [1, 4095, 4096, 4097, 10_000])
 def test_many_records_and_fields_cross_the_scan_arrays(records: int) -> None:
-    # the compiled scan holds 4096 records and 32768 fields at a time
+    # the compiled scan holds 4096 records and 16384 fields at a time
     data = "".join(f'{i},{"x" * (i % 7)},"q{i}"\r\n' for i in range(records)).encode()
     for block in (4096, 10**7):
         got = check_same(cut(data, block), Sniffed("utf-8", ",", 0))
         assert len(got) == records
-    wide = (",".join(["f"] * 40_000) + "\n") * 3  # one record wider than the field array
-    got = check_same([wide.encode()], Sniffed("utf-8", ",", 0))
-    assert [len(record.fields or []) for record in got] == [40_000] * 3
+
+
+@pytest.mark.parametrize("block", [999, 65536, 10**7])
+def test_a_record_wider_than_the_scan_is_left_to_the_pure_reader(
+    block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    pure_rest = FastCsvReader._pure_rest
+
+    def counted(self: Any, *args: Any) -> None:
+        calls.append(1)
+        pure_rest(self, *args)
+
+    monkeypatch.setattr(FastCsvReader, "_pure_rest", counted)
+    wide = ",".join(["f"] * 20_000)
+    data = f'a,b\n{wide}\n"c",d\n{wide},"x\n{wide}"\r\nlast,1\n{wide}'.encode()
+    got = check_same(cut(data, block), Sniffed("utf-8", ",", 0))
+    assert [len(record.fields or []) for record in got] == [2, 20_000, 2, 20_001, 2, 20_000]
+    assert calls
 
 
 def test_records_are_real_raw_records() -> None:
