@@ -28,6 +28,11 @@ from importer.read.records import JsonRecord, RawRecord
 from importer.read.sniff import sniff
 from importer.read.xlsx import SheetReader, WorkbookSpool
 
+try:  # the compiled reader, when built (setup.py); else the pure one, its specification
+    from importer.read._csvfast import FastCsvReader
+except ImportError:  # pragma: no cover - a checkout without the build
+    FastCsvReader = None  # type: ignore[assignment,misc]
+
 _SNIFF_BYTES = 64 * 1024
 
 
@@ -225,7 +230,8 @@ def _reader(
             start_line=start_line,
             start_offset=start_offset,
         )
-    return CsvReader(
+    reader = FastCsvReader if config.compiled and FastCsvReader is not None else CsvReader
+    return reader(
         sniffed,
         max_field_chars=limits.max_field_chars,
         max_record_chars=limits.max_record_chars,

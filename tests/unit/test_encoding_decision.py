@@ -19,6 +19,9 @@ from importer.read.csvfile import CsvReader
 from importer.read.jsonl import JsonlReader
 from importer.read.records import RawRecord, Sniffed
 from importer.read.sniff import Utf8Evidence, prefers_utf8, sniff, utf8_evidence
+from tests.unit.csv_readers import csv_reader_tests
+
+pytest_generate_tests, csv_reader = csv_reader_tests(globals(), "read(")
 
 KIB = 1024
 SAMPLE = 64 * KIB  # what the pipeline sniffs

@@ -27,6 +27,9 @@ from importer.read.inflate import GzipInflater
 from importer.read.jsonl import JsonlReader
 from importer.read.records import RAW_CHARS, FileRejected, JsonRecord, RawRecord, Sniffed
 from importer.read.sniff import sniff
+from tests.unit.csv_readers import csv_reader_tests
+
+pytest_generate_tests, csv_reader = csv_reader_tests(globals(), "read_csv")
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "csv"
 CASES = sorted((FIXTURES / "spectrum").glob("*.json")) + sorted((FIXTURES / "cases").glob("*.json"))
