@@ -23,6 +23,6 @@ class PipelineConfig:
     max_batch_attempts: int = 4
     # Multi-instance imports: chunks published ahead of the slowest lane (bounds the broker).
     publish_window: int = 8
-    lane_poll_s: float = 0.05
+    lane_poll_s: float = 0.05  # how often the coordinator looks at its lanes while it waits
     # The compiled hot path where it is built (IMPORTER_PURE=1: the pure reference everywhere).
-    compiled: bool = True  # how often the coordinator looks at its lanes while it waits
+    compiled: bool = True
