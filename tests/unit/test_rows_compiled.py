@@ -8,15 +8,32 @@ compiled builder equal rows and issues, in the same order.
 from __future__ import annotations
 
 import string
+import uuid
 from collections.abc import Sequence
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from importer.core import normalize, rows
+from importer.core.config import PipelineConfig
 from importer.core.layout import Column, RowPlan, Target
-from importer.core.models import Attribute, Channel, ContactRow, RowIssue
+from importer.core.models import (
+    Attribute,
+    Batch,
+    Channel,
+    ConflictStrategy,
+    ContactRow,
+    InputFormat,
+    Job,
+    JobStatus,
+    Limits,
+    RowIssue,
+)
+from importer.read.blocks import BlockParser
+from tests.strategies import HEADER, GeneratedRow, csv_bytes
+from tests.strategies import rows as generated_rows
 from tests.unit.test_normalize import (
     br_shaped_phones,
     email_like,
@@ -231,3 +248,65 @@ def test_builder_takes_tuples_and_long_values() -> None:
     ]:
         expected, result = build_both(plan, fields, False, 4096)
         assert result == expected
+
+
+# --------------------------------------------------------------------------------------
+# The pipeline's choice
+# --------------------------------------------------------------------------------------
+
+
+def _parse(data: bytes, block: int, *, compiled_path: bool, jsonl: bool = False) -> list[Batch]:
+    config = PipelineConfig(limits=Limits(), compiled=compiled_path)
+    the_job = Job(
+        uuid.uuid4(),
+        1,
+        JobStatus.IMPORTING,
+        ConflictStrategy.MERGE,
+        "f",
+        InputFormat.JSONL if jsonl else InputFormat.CSV,
+        4,
+        2,
+    )
+    parser = BlockParser(the_job, "f.jsonl" if jsonl else "f.csv", config, None)
+    batches: list[Batch] = []
+    for start in range(0, len(data), block):
+        parser.push(data[start : start + block])
+        while (pulled := parser.pull()) is not None:
+            batches += pulled
+    return batches + parser.finish()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(generated_rows(), min_size=1, max_size=12), st.sampled_from([1, 3, 500]))
+def test_the_pipeline_batches_are_the_same_compiled_or_pure(
+    generated: list[GeneratedRow], block: int
+) -> None:
+    data = csv_bytes(generated)
+    assert _parse(data, block, compiled_path=True) == _parse(data, block, compiled_path=False)
+    lines = [orjson.dumps(dict(zip(HEADER, row.cells, strict=True))) for row in generated]
+    jsonl = b"\n".join(lines) + b"\n"
+    assert _parse(jsonl, block, compiled_path=True, jsonl=True) == _parse(
+        jsonl, block, compiled_path=False, jsonl=True
+    )
+
+
+def test_the_chunker_builds_with_the_compiled_builder_unless_told_not_to() -> None:
+    data = b"cpf,email\r\n529.982.247-25,a@b.com\r\n"
+    for compiled_path, expected in ((True, compiled.FastRowBuilder), (False, rows.RowBuilder)):
+        config = PipelineConfig(limits=Limits(), compiled=compiled_path)
+        the_job = Job(
+            uuid.uuid4(),
+            1,
+            JobStatus.IMPORTING,
+            ConflictStrategy.MERGE,
+            "f",
+            InputFormat.CSV,
+            4,
+            1,
+        )
+        parser = BlockParser(the_job, "f.csv", config, None)
+        parser.push(data)
+        while parser.pull() is not None:
+            pass
+        parser.finish()
+        assert type(parser.chunker._csv_builder) is expected
