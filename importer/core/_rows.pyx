@@ -8,8 +8,9 @@ returns (same values, the same Reason for a rejection), checked by the different
 - ``normalize_cpf_cnpj``: any ASCII key (CPF, numeric and alphanumeric CNPJ, formatting,
   spreadsheet-dropped zeros) in C; a key with non-ASCII characters goes to the pure function.
 - ``normalize_phone_parts``: the common BR shapes (digits and ``( ) - .`` spaces, maybe one
-  leading ``+``) are scanned in C and matched with the pure module's own whole-number regexes;
-  anything else (prefixes to strip, other countries, junk) goes the pure module's general way.
+  leading ``+``) are scanned in C and matched against the pure module's own whole-number
+  regexes, run as DFA tables built from them at import (``digitdfa``; the regex itself if a
+  pattern cannot be converted); anything else (prefixes to strip, other countries, junk) goes the pure module's general way.
 - ``normalize_email``: the pure fast path's grammar (dot-atom local part, LDH labels, an
   alphabetic TLD, the length and ``--`` rules) in C; whatever it cannot decide goes to the
   library path of the pure module.
@@ -22,8 +23,10 @@ Imports: the standard library and ``importer.core`` only (the core's dependency 
 """
 
 from cpython.tuple cimport PyTuple_GET_ITEM
+from cpython.mem cimport PyMem_Malloc
 from libc.string cimport memcmp, memcpy
 
+from importer.core import digitdfa as _digitdfa
 from importer.core import normalize as _pure
 from importer.core import rows as _pure_rows
 from importer.core.models import Channel, Phone, Reason, RowIssue, Severity
@@ -175,6 +178,58 @@ if _pure.PHONE_MAX_RAW_LENGTH != PHONE_MAX_RAW_LENGTH:
 
 cdef object _plain_valid = _pure._BR.plain_valid.fullmatch
 cdef object _plus_valid = _pure._BR.plus_valid.fullmatch
+
+
+cdef struct _Table:
+    # digitdfa.DigitDFA in C: NULL transitions when the pattern could not be converted.
+    unsigned short* transitions
+    unsigned char* accepting
+    int dead
+
+
+cdef _Table _table(object pattern):
+    """``pattern``'s DFA (see ``digitdfa``), allocated once for the module's lifetime."""
+    cdef _Table table
+    table.transitions = NULL
+    try:
+        dfa = _digitdfa.compile_digits(pattern)
+    except (_digitdfa.UnsupportedPatternError, RecursionError):
+        return table  # the regex decides
+    cdef Py_ssize_t states = len(dfa.accepting), i
+    if states > 65535:
+        return table
+    table.transitions = <unsigned short*>PyMem_Malloc(states * 10 * sizeof(unsigned short))
+    table.accepting = <unsigned char*>PyMem_Malloc(states)
+    if table.transitions == NULL or table.accepting == NULL:
+        raise MemoryError()
+    for i in range(states * 10):
+        table.transitions[i] = dfa.transitions[i]
+    for i in range(states):
+        table.accepting[i] = dfa.accepting[i]
+    table.dead = dfa.dead
+    return table
+
+
+cdef _Table _PLAIN = _table(_pure._BR.plain_valid)
+cdef _Table _PLUS = _table(_pure._BR.plus_valid)
+
+
+cdef bint _matches(_Table* table, object regex, const char* digits, Py_ssize_t n):
+    """``regex(digits[:n]) is not None`` for ASCII digits: by the table when there is one."""
+    if table.transitions == NULL:
+        return regex(PyBytes_FromStringAndSize(digits, n)) is not None
+    cdef int state = 0
+    cdef Py_ssize_t i
+    for i in range(n):
+        state = table.transitions[state * 10 + (digits[i] - 48)]
+        if state == table.dead:
+            return False
+    return table.accepting[state]
+
+
+def compiled_tables():
+    """Which phone patterns run as tables (False: by the regex), for the tests."""
+    return {"plain_valid": _PLAIN.transitions != NULL, "plus_valid": _PLUS.transitions != NULL}
 cdef object _BR_CODE = _pure._BR.country_code
 cdef object _BR_COUNTRY = _pure._BR_COUNTRY
 cdef bytes _BR_E164_PREFIX = _pure._BR_E164_PREFIX.encode("ascii")
@@ -228,11 +283,11 @@ cdef object _phone_common(str raw, bint international):
     if n == 0:
         return NotImplemented
     if data[0] == b'+':
-        if plus == 1 and _plus_valid(PyBytes_FromStringAndSize(digits, n)) is not None:
+        if plus == 1 and _matches(&_PLUS, _plus_valid, digits, n):
             buffer[_PREFIX_LENGTH - 1] = b'+'  # the country code is already in the digits
             return (PyUnicode_FromStringAndSize(digits - 1, n + 1), _BR_CODE, _BR_COUNTRY)
     elif not international and plus == 0:
-        if _plain_valid(PyBytes_FromStringAndSize(digits, n)) is not None:
+        if _matches(&_PLAIN, _plain_valid, digits, n):
             memcpy(buffer, <const char*>_BR_E164_PREFIX, _PREFIX_LENGTH)
             e164 = PyUnicode_FromStringAndSize(buffer, _PREFIX_LENGTH + n)
             return (e164, _BR_CODE, _BR_COUNTRY)

@@ -7,6 +7,8 @@ compiled builder equal rows and issues, in the same order.
 
 from __future__ import annotations
 
+import functools
+import re
 import string
 import uuid
 from collections.abc import Sequence
@@ -16,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from importer.core import normalize, rows
+from importer.core import digitdfa, normalize, rows
 from importer.core.config import PipelineConfig
 from importer.core.layout import Column, RowPlan, Target
 from importer.core.models import (
@@ -310,3 +312,64 @@ def test_the_chunker_builds_with_the_compiled_builder_unless_told_not_to() -> No
             pass
         parser.finish()
         assert type(parser.chunker._csv_builder) is expected
+
+
+# --------------------------------------------------------------------------------------
+# Phone patterns as DFA tables (importer.core.digitdfa)
+# --------------------------------------------------------------------------------------
+
+BR_PATTERNS = (normalize._BR.plain_valid, normalize._BR.plus_valid)
+digit_strings = st.one_of(
+    st.text(string.digits, max_size=18),
+    st.tuples(
+        st.sampled_from(["", "55", "0", "00", "90", "0055", "5590", "550", "11", "21", "99"]),
+        st.sampled_from(["", "9", "2", "3", "4", "7", "8", "800", "300", "4004", "900"]),
+        st.text(string.digits, min_size=5, max_size=10),
+    ).map("".join),
+)
+
+
+def test_the_br_phone_patterns_run_as_tables() -> None:
+    assert compiled.compiled_tables() == {"plain_valid": True, "plus_valid": True}
+
+
+@functools.cache
+def dfa(pattern: re.Pattern[bytes]) -> digitdfa.DigitDFA:
+    return digitdfa.compile_digits(pattern)
+
+
+@settings(max_examples=5000, deadline=None)
+@given(digit_strings)
+def test_the_tables_match_what_the_regexes_match(digits: str) -> None:
+    raw = digits.encode("ascii")
+    for pattern in BR_PATTERNS:
+        assert dfa(pattern).fullmatch(raw) == (pattern.fullmatch(raw) is not None)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        rb"(?!0)\d{2,3}",
+        rb"(?=1\d*\Z)(?:12|1[3-5]\d|19?)",
+        rb"(?!(?:0|90)(?:(1[245])(\d{2,3}))?)(?:\d{1,4}|5+)",
+        rb"[^3-7]\d?|(?:(?=\d{3}\Z)(?:[0-9]{2}8)|(?=\d{2}\Z)(?:.\D?4))",
+        rb"(?:12)*?3{0,2}",
+        rb"1(?=2)\d|(?!\d*5)\d*",
+    ],
+)
+@given(st.text("0123456789", max_size=7))
+def test_lookaheads_complements_and_repeats(pattern: bytes, digits: str) -> None:
+    regex = re.compile(pattern)
+    raw = digits.encode("ascii")
+    assert dfa(regex).fullmatch(raw) == (regex.fullmatch(raw) is not None)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [rb"(\d)\1", rb"(?<=1)2", rb"(1(?=2))\d", rb"\d++", rb"(?>12)", rb"^1", rb"1\Z2", rb"(?i:1)"],
+)
+def test_what_the_tables_do_not_translate(pattern: bytes) -> None:
+    with pytest.raises(digitdfa.UnsupportedPatternError):
+        digitdfa.compile_digits(re.compile(pattern))
+    with pytest.raises(digitdfa.UnsupportedPatternError):
+        digitdfa.compile_digits(re.compile("1"))  # type: ignore[arg-type]
