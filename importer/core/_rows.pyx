@@ -40,6 +40,8 @@ cdef extern from "Python.h":
     object PyUnicode_FromStringAndSize(const char*, Py_ssize_t)
     object PyUnicode_Substring(object, Py_ssize_t, Py_ssize_t)
     object PyBytes_FromStringAndSize(const char*, Py_ssize_t)
+    Py_UCS4 PyUnicode_READ_CHAR(object, Py_ssize_t)
+    bint Py_UNICODE_ISSPACE(Py_UCS4)
 
 
 # ---------------------------------------------------------------------------
@@ -174,7 +176,7 @@ def normalize_cpf_cnpj(str raw):
 DEF PHONE_MAX_RAW_LENGTH = 64
 
 if _pure.PHONE_MAX_RAW_LENGTH != PHONE_MAX_RAW_LENGTH:
-    raise RuntimeError("importer.core._rows: PHONE_MAX_RAW_LENGTH differs from the pure module")
+    raise ImportError("importer.core._rows: PHONE_MAX_RAW_LENGTH differs from the pure module")
 
 cdef object _plain_valid = _pure._BR.plain_valid.fullmatch
 cdef object _plus_valid = _pure._BR.plus_valid.fullmatch
@@ -250,7 +252,7 @@ cdef object _phone_general(str raw, bint international):
 
 cdef Py_ssize_t _PREFIX_LENGTH = len(_BR_E164_PREFIX)  # "+55"
 if not 2 <= _PREFIX_LENGTH <= 4:
-    raise RuntimeError("importer.core._rows: unexpected BR country prefix")
+    raise ImportError("importer.core._rows: unexpected BR country prefix")
 
 
 cdef object _phone_common(str raw, bint international):
@@ -306,10 +308,6 @@ def normalize_phone_parts(str raw, *, bint international=False):
     return _phone_parts(raw, international)
 
 
-def normalize_phone(str raw, *, bint international=False):
-    """``normalize.normalize_phone``: the Phone, or None when not a valid number."""
-    parts = _phone_parts(raw, international)
-    return None if parts is None else Phone(*parts)
 
 
 # ---------------------------------------------------------------------------
@@ -325,7 +323,7 @@ if (
     or _pure._LOCAL_MAX_LENGTH != LOCAL_MAX_LENGTH
     or _pure._FAST_DOMAIN_MAX_LENGTH != DOMAIN_MAX_LENGTH
 ):
-    raise RuntimeError("importer.core._rows: the e-mail limits differ from the pure module")
+    raise ImportError("importer.core._rows: the e-mail limits differ from the pure module")
 
 # The dot-atom's atext (RFC 5322): letters, digits and these.
 cdef bytes _ATEXT_SYMBOLS = b"!#$%&'*+/=?^_`{|}~-"
@@ -458,7 +456,7 @@ if (
     _pure_rows._MAX_CHANNEL_CHARS != MAX_CHANNEL_CHARS
     or _pure_rows._REPORT_VALUE_CHARS != REPORT_VALUE_CHARS
 ):
-    raise RuntimeError("importer.core._rows: the row limits differ from the pure module")
+    raise ImportError("importer.core._rows: the row limits differ from the pure module")
 
 # The column kinds, as rows.py numbers them.
 DEF CUSTOM = 0
@@ -473,7 +471,7 @@ if (
     _pure_rows._CUSTOM, _pure_rows._PHONE, _pure_rows._NAME, _pure_rows._ADDRESS,
     _pure_rows._KEY, _pure_rows._EMAIL, _pure_rows._JOURNEY,
 ) != (CUSTOM, PHONE, NAME, ADDRESS, KEY, EMAIL, JOURNEY):
-    raise RuntimeError("importer.core._rows: the column kinds differ from the pure module")
+    raise ImportError("importer.core._rows: the column kinds differ from the pure module")
 
 cdef object _Reason = Reason
 cdef object _TOO_MANY = Reason.TOO_MANY_FIELDS
@@ -483,42 +481,120 @@ cdef object _INVALID_EMAIL = Reason.INVALID_EMAIL
 cdef object _TOO_LONG = Reason.VALUE_TOO_LONG
 cdef object _SEVERITY_INVALID = Severity.INVALID
 cdef object _SEVERITY_WARNING = Severity.WARNING
-cdef object _new = object.__new__
-cdef object _Detail = Detail
-cdef object _ContactRow = ContactRow
 cdef object _column_of = _pure_rows._column
 
-# rows.py has checked that these are the classes' only fields, set as plain slots.
-cdef object _set_channel, _set_value, _set_country_code, _set_country
-_set_channel, _set_value, _set_country_code, _set_country = _pure_rows._DETAIL_SETTERS
-cdef object _set_line, _set_key, _set_name, _set_address, _set_details, _set_custom
-_set_line, _set_key, _set_name, _set_address, _set_details, _set_custom = _pure_rows._ROW_SETTERS
+# Detail, ContactRow and RowIssue are frozen slotted dataclasses whose __init__ only sets each
+# field's slot (rows.py checks that of the first two at import; _slot_offsets of all three).
+# The builder makes them as that __init__ would, without its per-field lookups: the type's
+# allocation, then a store into each slot.
+DEF T_OBJECT_EX = 16
+DEF READONLY = 1
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        const char* name
+        int type
+        Py_ssize_t offset
+        int flags
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+    ctypedef struct PyTypeObject:
+        object (*tp_alloc)(PyTypeObject*, Py_ssize_t)  # a new reference
+    ctypedef struct PyObject
+    void Py_INCREF(object)
+
+import dataclasses as _dataclasses
+import types as _types
+
+DEF MAX_SLOTS = 6
+
+
+cdef struct _Shape:
+    PyTypeObject* cls
+    int count
+    Py_ssize_t offsets[MAX_SLOTS]
+
+
+cdef _Shape _slot_offsets(type cls, tuple names):
+    """Where ``cls``'s fields live; ImportError when it is not the plain dataclass assumed."""
+    cdef _Shape shape
+    fields = tuple(f.name for f in _dataclasses.fields(cls))
+    if fields != names or hasattr(cls, "__post_init__") or len(names) > MAX_SLOTS:
+        raise ImportError(f"importer.core._rows: {cls.__name__} is not the dataclass it expects")
+    if cls.__new__ is not object.__new__:
+        raise ImportError(f"importer.core._rows: {cls.__name__} has its own __new__")
+    cdef PyMemberDef* member
+    shape.cls = <PyTypeObject*>cls
+    shape.count = len(names)
+    for i, name in enumerate(names):
+        slot = vars(cls).get(name)
+        if type(slot) is not _types.MemberDescriptorType:
+            raise ImportError(f"importer.core._rows: {cls.__name__}.{name} is not a slot")
+        member = (<PyMemberDescrObject*><PyObject*>slot).d_member
+        if member.type != T_OBJECT_EX or member.flags & READONLY:
+            raise ImportError(f"importer.core._rows: {cls.__name__}.{name} is not a plain slot")
+        shape.offsets[i] = member.offset
+    return shape
+
+
+cdef _Shape _DETAIL = _slot_offsets(Detail, ("channel", "value", "country_code", "country"))
+cdef _Shape _ROW = _slot_offsets(
+    ContactRow, ("line", "cpf_cnpj", "name", "street_address", "details", "custom_fields")
+)
+cdef _Shape _ISSUE = _slot_offsets(RowIssue, ("line", "column", "reason", "value", "severity"))
+cdef _Shape _PHONE = _slot_offsets(Phone, ("e164", "country_code", "country"))
+
+
+cdef inline object _allocate(_Shape* shape):
+    """A new instance of the shape's class, its slots empty (``object.__new__(cls)``)."""
+    return shape.cls.tp_alloc(shape.cls, 0)
+
+
+cdef inline void _store(object instance, _Shape* shape, int i, object value):
+    """Fill empty slot ``i`` of a new instance (what the slot's ``__set__`` does)."""
+    Py_INCREF(value)
+    (<PyObject**>((<char*><PyObject*>instance) + shape.offsets[i]))[0] = <PyObject*>value
 
 
 cdef inline object _detail(object channel, object value, object country_code, object country):
-    detail = _new(_Detail)
-    _set_channel(detail, channel)
-    _set_value(detail, value)
-    _set_country_code(detail, country_code)
-    _set_country(detail, country)
+    """``Detail(channel, value, country_code, country)``."""
+    detail = _allocate(&_DETAIL)
+    _store(detail, &_DETAIL, 0, channel)
+    _store(detail, &_DETAIL, 1, value)
+    _store(detail, &_DETAIL, 2, country_code)
+    _store(detail, &_DETAIL, 3, country)
     return detail
+
+
+cdef inline object _issue(object line, object column, object reason, object value, object severity):
+    """``RowIssue(line, column, reason, value, severity)``."""
+    issue = _allocate(&_ISSUE)
+    _store(issue, &_ISSUE, 0, line)
+    _store(issue, &_ISSUE, 1, column)
+    _store(issue, &_ISSUE, 2, reason)
+    _store(issue, &_ISSUE, 3, value)
+    _store(issue, &_ISSUE, 4, severity)
+    return issue
 
 
 cdef inline object _warning(object line, object column, object reason, str value):
     if PyUnicode_GET_LENGTH(value) > REPORT_VALUE_CHARS:
         value = value[:REPORT_VALUE_CHARS]
-    return RowIssue(line, column, reason, value, _SEVERITY_WARNING)
+    return _issue(line, column, reason, value, _SEVERITY_WARNING)
 
 
 cdef object _stripped(object field):
-    """``field.strip()``; an ASCII str without surrounding whitespace is itself."""
-    if type(field) is not str or not PyUnicode_IS_ASCII(field):
+    """``field.strip()``; a str with no whitespace at either end is itself (as strip returns)."""
+    if type(field) is not str:
         return field.strip()
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(field)
-    cdef const unsigned char* s = PyUnicode_1BYTE_DATA(field)
-    if n == 0 or (not _is_space(s[0]) and not _is_space(s[n - 1])):
+    if n == 0:
         return field
-    return field.strip()
+    if Py_UNICODE_ISSPACE(PyUnicode_READ_CHAR(field, 0)) or Py_UNICODE_ISSPACE(
+        PyUnicode_READ_CHAR(field, n - 1)
+    ):
+        return field.strip()
+    return field
 
 
 cdef class FastRowBuilder:
@@ -550,7 +626,7 @@ cdef class FastRowBuilder:
         if expected is not None and count != expected:
             reason = _TOO_MANY if count > expected else _TOO_FEW
             detail = f"{count} fields, header has {expected}"
-            return None, [RowIssue(line, None, reason, detail, _SEVERITY_INVALID)]
+            return None, [_issue(line, None, reason, detail, _SEVERITY_INVALID)]
         if count < self._width:
             fields = [*fields, *[""] * (self._width - count)]
         elif type(fields) is not list:
@@ -613,7 +689,7 @@ cdef class FastRowBuilder:
                 key = _key(value)
                 if type(key) is _Reason:
                     issues.append(
-                        RowIssue(
+                        _issue(
                             line, <object>PyTuple_GET_ITEM(column, 2), key, value,
                             _SEVERITY_INVALID,
                         )
@@ -632,14 +708,26 @@ cdef class FastRowBuilder:
                 issues.append(_warning(line, <object>PyTuple_GET_ITEM(column, 2), _TOO_LONG, value))
         if key is None:
             key = _MISSING
-            issues.insert(0, RowIssue(line, self._key_column, key, None, _SEVERITY_INVALID))
+            issues.insert(0, _issue(line, self._key_column, key, None, _SEVERITY_INVALID))
         if type(key) is _Reason:
             return None, issues
-        row = _new(_ContactRow)
-        _set_line(row, line)
-        _set_key(row, key)
-        _set_name(row, name)
-        _set_address(row, street_address)
-        _set_details(row, tuple(details))
-        _set_custom(row, tuple(custom))
+        row = _allocate(&_ROW)
+        _store(row, &_ROW, 0, line)
+        _store(row, &_ROW, 1, key)
+        _store(row, &_ROW, 2, name)
+        _store(row, &_ROW, 3, street_address)
+        _store(row, &_ROW, 4, tuple(details))
+        _store(row, &_ROW, 5, tuple(custom))
         return row, issues
+
+
+def normalize_phone(str raw, *, bint international=False):
+    """``normalize.normalize_phone``: the Phone, or None when not a valid number."""
+    parts = _phone_parts(raw, international)
+    if parts is None:
+        return None
+    phone = _allocate(&_PHONE)
+    cdef int i
+    for i in range(3):
+        _store(phone, &_PHONE, i, <object>PyTuple_GET_ITEM(<tuple>parts, i))
+    return phone

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import re
 import string
+import sys
 import uuid
 from collections.abc import Sequence
 
@@ -31,6 +32,7 @@ from importer.core.models import (
     Job,
     JobStatus,
     Limits,
+    Phone,
     RowIssue,
 )
 from importer.read.blocks import BlockParser
@@ -373,3 +375,28 @@ def test_what_the_tables_do_not_translate(pattern: bytes) -> None:
         digitdfa.compile_digits(re.compile(pattern))
     with pytest.raises(digitdfa.UnsupportedPatternError):
         digitdfa.compile_digits(re.compile("1"))  # type: ignore[arg-type]
+
+
+def test_the_builder_owns_what_it_makes_once() -> None:
+    """The compiled builder allocates rows, details and issues itself: one reference each."""
+    plan = RowPlan(
+        (
+            Column(0, "cpf", TARGETS[0]),
+            Column(1, "email", TARGETS[5]),
+            Column(2, "fone", TARGETS[3]),
+            Column(3, "plano", TARGETS[7]),
+        ),
+        4,
+    )
+    fast = compiled.FastRowBuilder(plan, international=False, max_value_chars=8)
+    row, issues = fast.build(3, ["529.982.247-25", "a@b.com", "(11) 91234-5678", "x" * 9])
+    assert row is not None
+    assert sys.getrefcount(row) == 2  # the name and getrefcount's argument
+    assert [sys.getrefcount(d) for d in row.details] == [3, 3]  # + the tuple
+    assert [sys.getrefcount(i) for i in issues] == [3]  # + the list
+    invalid, issues = fast.build(4, ["1", "bad", "", ""])
+    assert invalid is None
+    assert [sys.getrefcount(i) for i in issues] == [3, 3]
+    phone = compiled.normalize_phone("(11) 91234-5678")
+    assert type(phone) is Phone
+    assert sys.getrefcount(phone) == 2
