@@ -20,6 +20,9 @@ Bounds: fixed buffers (a key's 14 characters, a phone's 64, a domain's 63); no a
 grows with the input beyond the result strings themselves.
 
 Imports: the standard library and ``importer.core`` only (the core's dependency rule).
+
+Why this module is long: it is one extension so that the builder calls the normalizers as C
+functions; each part is a few small functions, in the pure modules' order.
 """
 
 from cpython.tuple cimport PyTuple_GET_ITEM
