@@ -106,6 +106,20 @@ def main() -> None:
         ("  library path (validate_email)", per_call_us(normalize._library_email, emails), None),
         ("normalize_cpf_cnpj", per_call_us(normalize.normalize_cpf_cnpj, keys), None),
     ]
+    try:
+        from importer.core import _rows as compiled
+    except ImportError:
+        print("importer.core._rows: not built (python setup.py build_ext --inplace)")
+    else:
+
+        def compiled_phone(raw: str) -> object:
+            return compiled.normalize_phone(raw)
+
+        rows += [
+            ("compiled normalize_phone", per_call_us(compiled_phone, phones), None),
+            ("compiled normalize_email", per_call_us(compiled.normalize_email, emails), None),
+            ("compiled normalize_cpf_cnpj", per_call_us(compiled.normalize_cpf_cnpj, keys), None),
+        ]
     print(f"{args.values} values per function, best of 3 passes")
     for name, us, share in rows:
         fast = f"  ({share:.1%} on the fast path)" if share is not None else ""

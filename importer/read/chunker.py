@@ -1,8 +1,10 @@
 """Records → rows → batches: chunks of ``chunk_size`` records split by key partition.
 
 :class:`Chunker` finds the header (or plans by position or JSON keys, by the layout), builds
-each record's row and issues with a :class:`~importer.core.rows.RowBuilder` and cuts chunks into
-one batch per partition; :func:`partition_of` is the partition of a key (``crc32(key) % n``).
+each record's row and issues with a :class:`~importer.core.rows.RowBuilder` (or its compiled twin
+``importer.core._rows.FastRowBuilder``, where built, when ``PipelineConfig.compiled``) and cuts
+chunks into one batch per partition; :func:`partition_of` is the partition of a key
+(``crc32(key) % n``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ from importer.core.models import (
 from importer.core.rows import RowBuilder, record_issue
 from importer.read.records import JsonRecord, RawRecord
 
+try:
+    from importer.core._rows import FastRowBuilder
+except ImportError:  # the extension is not built: the pure builder everywhere
+    FastRowBuilder = None  # type: ignore[assignment,misc]
+
+_Builder = RowBuilder | FastRowBuilder
+
 
 def partition_of(key: str, partitions: int) -> int:
     """The key partition of a normalized key: stable across runs, processes and versions."""
@@ -43,8 +52,8 @@ class Chunker:
         self._job = job
         self._config = config
         self._buffer = _ChunkBuffer(job.partitions)
-        self._csv_builder: RowBuilder | None = None
-        self._json_builders: dict[tuple[str, ...], RowBuilder] = {}
+        self._csv_builder: _Builder | None = None
+        self._json_builders: dict[tuple[str, ...], _Builder] = {}
         self._known_custom: set[str] = set()
         self._new_custom: list[str] = []
         self.header_seen = False
@@ -107,12 +116,13 @@ class Chunker:
         self._csv_builder = self._builder(plan)
         return True
 
-    def _builder(self, plan: RowPlan) -> RowBuilder:
+    def _builder(self, plan: RowPlan) -> _Builder:
         for name in plan.custom_names:
             if name.lower() not in self._known_custom:
                 self._known_custom.add(name.lower())
                 self._new_custom.append(name)
-        return RowBuilder(
+        compiled = self._config.compiled and FastRowBuilder is not None
+        return (FastRowBuilder if compiled else RowBuilder)(
             plan,
             international=self._config.international,
             max_value_chars=self._config.limits.max_value_chars,

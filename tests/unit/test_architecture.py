@@ -10,6 +10,7 @@ edges reads ``os.environ``.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,6 +83,35 @@ def violations() -> Iterator[str]:
 
 def test_dependencies_point_inward() -> None:
     assert list(violations()) == []
+
+
+# A compiled module (``_x.pyx``, not Python, so not parsed by ast) keeps its room's rule; the C
+# API it cimports (cpython, libc) is no dependency.
+_PYX_IMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+c?import|c?import[ \t]+([\w.]+))", re.M
+)
+_C_LEVEL = frozenset({"cpython", "libc", "cython"})
+
+
+def test_compiled_modules_keep_their_rooms_rule() -> None:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.pyx")):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        here = room(module)
+        for match in _PYX_IMPORT.finditer(path.read_text("utf-8")):
+            target = match.group(1) or match.group(2)
+            top = target.split(".")[0]
+            if top in _C_LEVEL:
+                continue
+            if top == "importer":
+                there = room(target)
+                if there != here and there not in ALLOWED.get(here, frozenset()):
+                    found.append(f"{module} imports {target}")
+            elif (top in DRIVERS and here != "adapters") or (
+                here == "core" and top not in sys.stdlib_module_names and top not in CORE_LIBRARIES
+            ):
+                found.append(f"{module} imports {target}")
+    assert found == []
 
 
 def test_nothing_below_the_edges_reads_the_environment() -> None:
