@@ -4,7 +4,10 @@ processes over RabbitMQ (multi-instance mode), next to one process without a bro
 For each setting: a fresh database, the generated file uploaded to a local store, N workers
 started and ready, then the job queued and timed until it is terminal. CPU seconds of the
 PostgreSQL processes, of the workers and of the broker are read from /proc around the run, so
-the table shows where the two cores go. Loopback only; every process is stopped at the end.
+the table shows where the two cores go; ``py us/row`` is the workers' CPU per row (each
+worker's CPU seconds in brackets) and ``x in-process py`` its ratio to the one process without
+a broker (issue 13: at most 1.15). Loopback only; every process is stopped at the end.
+``IMPORTER_PURE=1`` in the environment runs the workers without the compiled code.
 
 Usage: .venv/bin/python benchmarks/bench_instances.py --rows 200000 [--instances 1,2,3]
 """
@@ -50,6 +53,7 @@ class Result:
     db_cpu: float
     workers_cpu: float
     broker_cpu: float
+    worker_cpus: tuple[float, ...] = ()
 
 
 async def upload(dsn: str, storage: Path, path: Path) -> uuid.UUID:
@@ -114,6 +118,7 @@ async def run_setting(path: Path, rows: int, instances: int, broker: bool) -> Re
     try:
         db0 = postgres_cpu_seconds()
         py0 = cpu_seconds(pids=pids)
+        each0 = [cpu_seconds(pids={w.pid}) for w in workers]
         mq0 = cpu_seconds(("beam.smp",))
         started = time.perf_counter()
         await start(dsn, job_id)
@@ -123,6 +128,7 @@ async def run_setting(path: Path, rows: int, instances: int, broker: bool) -> Re
                 break
             await asyncio.sleep(0.05)
         seconds = time.perf_counter() - started
+        each = tuple(cpu_seconds(pids={w.pid}) - c for w, c in zip(workers, each0, strict=True))
         result = Result(
             f"{instances} worker{'s' if instances > 1 else ''}"
             + (" + RabbitMQ" if broker else ", in-process"),
@@ -131,6 +137,7 @@ async def run_setting(path: Path, rows: int, instances: int, broker: bool) -> Re
             postgres_cpu_seconds() - db0,
             cpu_seconds(pids=pids) - py0,
             cpu_seconds(("beam.smp",)) - mq0 if broker else 0.0,
+            each,
         )
         assert status != "failed", await conn.fetchval(
             "SELECT fail_reason FROM import_job WHERE id = $1", job_id
@@ -170,15 +177,19 @@ async def delete_queues(prefix: str) -> None:
 def report(results: list[Result]) -> None:
     print(
         "| setting | seconds | rows/s | x one process | db cpu s | workers cpu s |"
-        " broker cpu s | cpu s / wall s |"
+        " broker cpu s | cpu s / wall s | py us/row | x in-process py |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     base = results[0].seconds
+    base_py = results[0].workers_cpu / results[0].rows
     for r in results:
         busy = (r.db_cpu + r.workers_cpu + r.broker_cpu) / r.seconds
+        each = " + ".join(f"{c:.2f}" for c in r.worker_cpus)
+        py = r.workers_cpu / r.rows
         print(
             f"| {r.setting} | {r.seconds:.2f} | {r.rows / r.seconds:,.0f} | {base / r.seconds:.2f}"
-            f" | {r.db_cpu:.1f} | {r.workers_cpu:.1f} | {r.broker_cpu:.1f} | {busy:.2f} |"
+            f" | {r.db_cpu:.1f} | {r.workers_cpu:.2f} ({each}) | {r.broker_cpu:.1f} | {busy:.2f}"
+            f" | {py * 1e6:.1f} | {py / base_py:.2f} |"
         )
 
 

@@ -313,9 +313,19 @@ async def fanout_running(
     # Imported here: aio-pika is loaded only by processes that use a broker.
     from importer.adapters.rabbit.chunks import Fanout
 
-    handler = ChunkHandler(store, FanoutSettings(max_retries=settings.max_retries), observer)
+    fanout_settings = FanoutSettings(
+        max_retries=settings.max_retries, compiled=settings.compiled, limits=settings.limits
+    )
+    handler = ChunkHandler(store, fanout_settings, observer)
     topology = broker_topology(settings)
-    fanout = Fanout(url, topology, handler, prefetch=settings.concurrency, name="importer-chunks")
+    fanout = Fanout(
+        url,
+        topology,
+        handler,
+        prefetch=settings.concurrency,
+        name="importer-chunks",
+        compiled=settings.compiled,
+    )
     await fanout.open()
     stop = asyncio.Event()
 

@@ -32,7 +32,7 @@ import asyncio
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import structlog
 
@@ -44,7 +44,7 @@ from importer.core.errors import (
     MalformedMessageError,
     TransientStoreError,
 )
-from importer.core.models import TERMINAL_STATUSES, Batch, Job
+from importer.core.models import TERMINAL_STATUSES, Batch, Job, Limits
 from importer.pipeline.applier import BatchApplier
 from importer.ports import Delivery, NullObserver, PipelineObserver, Store
 
@@ -69,6 +69,9 @@ _JOB_CACHE = 256
 class FanoutSettings:
     max_retries: int = DEFAULT_MAX_RETRIES
     lane_wait_s: float = DEFAULT_LANE_WAIT_S
+    # The compiled codec where it is built (Settings.compiled); texts within the limits.
+    compiled: bool = True
+    limits: Limits = field(default_factory=Limits)
 
 
 class ChunkHandler:
@@ -82,6 +85,7 @@ class ChunkHandler:
     ) -> None:
         self._store = store
         self._settings = settings or FanoutSettings()
+        self._decode = codec.implementation(self._settings.compiled).decode
         self._observer: PipelineObserver = observer or NullObserver()
         self._jobs: OrderedDict[uuid.UUID, Job] = OrderedDict()
         self._known_fields: set[tuple[int, str]] = set()
@@ -89,7 +93,7 @@ class ChunkHandler:
     async def handle(self, delivery: Delivery) -> None:
         """Apply the delivered batch, or route the message; never raises for its content."""
         try:
-            message = codec.decode(delivery.body)
+            message = self._decode(delivery.body, self._settings.limits)
         except MalformedMessageError as exc:
             await _dead_letter(delivery, "chunk_message_malformed", f"malformed: {exc}")
             return
@@ -118,7 +122,7 @@ class ChunkHandler:
             self._store, job, max_attempts=1, observer=self._observer, lane=True, give_up=give_up
         )
         try:
-            await self._ensure_fields(job, message.batch)
+            await self._ensure_fields(job, message)
             wait_s = self._settings.lane_wait_s if delivery.deferrals == 0 else 0.0
             applied = await self._apply_in_turn(applier, message.batch, wait_s)
             # A repeat of a batch given up earlier: the process that gave it up may have died
@@ -198,9 +202,9 @@ class ChunkHandler:
                 self._jobs.popitem(last=False)
         return job
 
-    async def _ensure_fields(self, job: Job, batch: Batch) -> None:
+    async def _ensure_fields(self, job: Job, message: codec.BatchMessage) -> None:
         """Learn the ids of the batch's custom fields (the coordinator created them)."""
-        names = {name for row in batch.rows for name, _ in row.custom_fields}
+        names = message.field_names()
         missing = [n for n in names if (job.client_id, n.lower()) not in self._known_fields]
         if missing:
             await self._store.ensure_custom_fields(job, missing)

@@ -162,9 +162,13 @@ async def fanned_out(
     job = await new_job(store, strategy, chunk)
     leased = replace(job, lease_owner="coordinator")
     config = PipelineConfig(limits=Limits(), publish_window=3, lane_poll_s=0.001)
+    # Every other instance decodes with the pure codec (no compiled code there): the same.
     handlers = [
-        ChunkHandler(store, FanoutSettings(max_retries=max_retries, lane_wait_s=0.0))
-        for _ in range(instances)
+        ChunkHandler(
+            store,
+            FanoutSettings(max_retries=max_retries, lane_wait_s=0.0, compiled=i % 2 == 0),
+        )
+        for i in range(instances)
     ]
     run = ImportRun(leased, source(seed), store, config, publisher=broker)
 

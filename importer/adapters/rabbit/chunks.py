@@ -94,16 +94,18 @@ class AmqpBatchPublisher:
         topology: broker.Topology,
         *,
         patience_s: float = PUBLISH_PATIENCE_S,
+        compiled: bool = True,
     ) -> None:
         self._publisher = publisher
         self._topology = topology
         self._patience_s = patience_s
+        self._encode = codec.implementation(compiled).encode
 
     async def publish(self, job: Job, batch: Batch) -> None:
         owner = job.lease_owner
         if owner is None:
             raise ValueError("only a leased job's batches are published")
-        body = codec.encode(job.id, owner, batch)
+        body = self._encode(job.id, owner, batch)
         message_id = codec.message_id(job.id, batch)
         deadline = time.monotonic() + self._patience_s
         pause = 0.2
@@ -132,8 +134,10 @@ class Fanout:
         *,
         prefetch: int,
         name: str = "importer",
+        compiled: bool = True,
     ) -> None:
         self._url = url
+        self._compiled = compiled
         self.topology = topology
         self._handler = handler
         self._prefetch = prefetch
@@ -146,7 +150,7 @@ class Fanout:
     def batches(self) -> AmqpBatchPublisher:
         if self._publisher is None:
             raise RuntimeError("the fanout is not open")
-        return AmqpBatchPublisher(self._publisher, self.topology)
+        return AmqpBatchPublisher(self._publisher, self.topology, compiled=self._compiled)
 
     async def open(self) -> None:
         """Connect, declare the queues and open the publisher (before any worker runs)."""
