@@ -105,7 +105,7 @@ def test_every_copied_path_exists_and_is_in_the_build_context() -> None:
         if instruction == "COPY" and not args.startswith("--from")
         for source in args.split()[:-1]
     ]
-    assert sources == ["pyproject.toml", "README.md", "importer"]
+    assert sources == ["pyproject.toml", "setup.py", "README.md", "importer"]
     for source in sources:
         assert (ROOT / source).exists(), source
         assert not any(fnmatch.fnmatch(source, pattern) for pattern in patterns), source
