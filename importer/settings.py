@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from importer.core import failpoints
-from importer.core.config import DEFAULT_LOCK_TIMEOUT_MS
+from importer.core.config import DEFAULT_LOCK_TIMEOUT_MS, MAX_CHUNK_SIZE
 from importer.core.errors import ConfigurationError
 from importer.core.models import Limits
 
@@ -136,7 +136,7 @@ class Settings:
         )
         return cls(
             database_url=environ.get("DATABASE_URL", DEFAULT_DATABASE_URL),
-            chunk_size=_int(environ, "IMPORTER_CHUNK_SIZE", DEFAULT_CHUNK_SIZE),
+            chunk_size=_chunk_size(environ),
             concurrency=_int(environ, "IMPORTER_CONCURRENCY", DEFAULT_CONCURRENCY),
             queue_depth=_int(environ, "IMPORTER_QUEUE_DEPTH", DEFAULT_QUEUE_DEPTH),
             log_format=environ.get("IMPORTER_LOG_FORMAT", "console"),
@@ -193,6 +193,15 @@ def log_level_for(command: str, configured: str | None) -> str:
     if configured:
         return configured
     return SERVICE_LOG_LEVEL if command in SERVICE_COMMANDS else CLI_LOG_LEVEL
+
+
+def _chunk_size(environ: Mapping[str, str]) -> int:
+    value = _int(environ, "IMPORTER_CHUNK_SIZE", DEFAULT_CHUNK_SIZE)
+    if value > MAX_CHUNK_SIZE:
+        raise ConfigurationError(
+            f"IMPORTER_CHUNK_SIZE must be at most {MAX_CHUNK_SIZE}, got {value}"
+        )
+    return value
 
 
 def _int(environ: Mapping[str, str], name: str, default: int) -> int:

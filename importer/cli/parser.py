@@ -8,6 +8,7 @@ import importlib.metadata
 import uuid
 from pathlib import Path
 
+from importer.core.config import MAX_CHUNK_SIZE
 from importer.core.errors import ConfigurationError
 from importer.core.models import ConflictStrategy, InputFormat, JobStatus
 from importer.core.principals import Permission
@@ -21,6 +22,13 @@ def _positive(raw: str) -> int:
     value = int(raw)
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _chunk_size(raw: str) -> int:
+    value = _positive(raw)
+    if value > MAX_CHUNK_SIZE:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_CHUNK_SIZE}")
     return value
 
 
@@ -129,10 +137,10 @@ def _add_import_parser(
     )
     imp.add_argument(
         "--chunk-size",
-        type=_positive,
+        type=_chunk_size,
         default=settings.chunk_size,
         metavar="N",
-        help="rows per chunk, one transaction each (any N >= 1; default %(default)s, "
+        help="rows per chunk, one transaction each (1 to 1000000; default %(default)s, "
         "IMPORTER_CHUNK_SIZE)",
     )
     imp.add_argument(

@@ -47,6 +47,7 @@ from typing import Any, Final, NamedTuple
 import orjson
 
 from importer.core import codec_v1
+from importer.core.config import MAX_CHUNK_SIZE
 from importer.core.errors import MalformedMessageError
 from importer.core.models import (
     Batch,
@@ -63,7 +64,7 @@ VERSION = 2
 # Largest message accepted: a chunk of the largest allowed size is far below it.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # Most rows (and most issues) in one message: a chunk is far below it (IMPORTER_CHUNK_SIZE).
-MAX_BATCH_ROWS = 1_000_000
+MAX_BATCH_ROWS = MAX_CHUNK_SIZE
 # Every count (a line, an offset, a chunk number) fits a PostgreSQL bigint.
 MAX_COUNT = 2**63 - 1
 # The longest text accepted is the limits' longest field, but never under this: an issue's

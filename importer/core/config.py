@@ -12,6 +12,10 @@ from importer.core.models import (
 # A statement waiting longer than this for a lock fails (the batch is retried, then discarded).
 DEFAULT_LOCK_TIMEOUT_MS = 30_000
 
+# The largest chunk: a chunk message carries at most this many rows (core/codec.py), and a
+# batch's rows, plans and COPY payload stay in memory together.
+MAX_CHUNK_SIZE = 1_000_000
+
 
 @dataclass(frozen=True, slots=True)
 class PipelineConfig:

@@ -182,3 +182,10 @@ def test_log_level_per_command() -> None:
     assert log_level_for("import", "debug") == "debug"
     assert Settings.from_environ({}).log_level is None
     assert Settings.from_environ({"IMPORTER_LOG_LEVEL": "error"}).log_level == "error"
+
+
+def test_the_chunk_size_is_bounded_like_a_chunk_message() -> None:
+    parser = build_parser(Settings())
+    assert parser.parse_args(["import", "f.csv", "--chunk-size", "1000000"]).chunk_size == 1_000_000
+    with pytest.raises(SystemExit):
+        parser.parse_args(["import", "f.csv", "--chunk-size", "1000001"])

@@ -77,3 +77,9 @@ def test_importer_pure_selects_the_pure_reference(raw: str | None, compiled: boo
 def test_a_bad_importer_pure_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="IMPORTER_PURE"):
         Settings.from_environ({"IMPORTER_PURE": "maybe"})
+
+
+def test_a_chunk_size_over_what_a_chunk_message_carries_is_refused() -> None:
+    assert Settings.from_environ({"IMPORTER_CHUNK_SIZE": "1000000"}).chunk_size == 1_000_000
+    with pytest.raises(ConfigurationError, match="IMPORTER_CHUNK_SIZE must be at most 1000000"):
+        Settings.from_environ({"IMPORTER_CHUNK_SIZE": "1000001"})
