@@ -186,6 +186,7 @@ def test_log_level_per_command() -> None:
 
 def test_the_chunk_size_is_bounded_like_a_chunk_message() -> None:
     parser = build_parser(Settings())
-    assert parser.parse_args(["import", "f.csv", "--chunk-size", "1000000"]).chunk_size == 1_000_000
+    ok = parser.parse_args(["import", "f.csv", "--client-id", "1", "--chunk-size", "1000000"])
+    assert ok.chunk_size == 1_000_000
     with pytest.raises(SystemExit):
-        parser.parse_args(["import", "f.csv", "--chunk-size", "1000001"])
+        parser.parse_args(["import", "f.csv", "--client-id", "1", "--chunk-size", "1000001"])
