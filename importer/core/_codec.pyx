@@ -26,15 +26,15 @@ import orjson
 from importer.core import codec as _pure
 from importer.core import codec_v1 as _codec_v1
 from importer.core.errors import MalformedMessageError
-from importer.core.models import Batch, ContactRow, Detail, RowIssue
+from importer.core.models import Batch, ContactRow, Detail, RowIssue, slot_setters
 
 # ------------------------------------------------------------------------------ slots
 
 
 def _descriptors(cls, names):
     """The member descriptors of a slotted dataclass's fields, which must be ``names`` in
-    order (the pure codec's own check: a change to the models fails at import)."""
-    _pure._slot_setters(cls, names)
+    order (the models' own check: a change to them fails at import)."""
+    slot_setters(cls, names)
     return tuple(vars(cls)[name] for name in names)
 
 

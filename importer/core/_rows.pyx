@@ -487,7 +487,7 @@ cdef object _SEVERITY_WARNING = Severity.WARNING
 cdef object _column_of = _pure_rows._column
 
 # Detail, ContactRow and RowIssue are frozen slotted dataclasses whose __init__ only sets each
-# field's slot (rows.py checks that of the first two at import; _slot_offsets of all three).
+# field's slot (models.slot_setters checks that of the first two at import; _slot_offsets of all three).
 # The builder makes them as that __init__ would, without its per-field lookups: the type's
 # allocation, then a store into each slot.
 DEF T_OBJECT_EX = 16

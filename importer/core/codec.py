@@ -35,13 +35,11 @@ bytes, same batches, the same inputs refused); :func:`implementation` picks one.
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain, islice, repeat
 from operator import attrgetter, itemgetter
-from types import MemberDescriptorType
 from typing import Any, Final, NamedTuple
 
 import orjson
@@ -53,11 +51,12 @@ from importer.core.models import (
     Batch,
     Channel,
     ContactRow,
-    Detail,
     Limits,
     Reason,
     RowIssue,
     Severity,
+    new_contact_row,
+    new_detail,
 )
 
 VERSION = 2
@@ -310,12 +309,12 @@ def _rows(doc: dict[str, Any], limit: int) -> tuple[tuple[ContactRow, ...], tupl
     if len(set(fields)) != len(fields) or len(set(indexes)) != len(fields):
         raise ValueError("custom field names repeated or unused")
 
-    made = map(_detail, map(CHANNELS.__getitem__, channels), values, country_codes, countries)
+    made = map(new_detail, map(CHANNELS.__getitem__, channels), values, country_codes, countries)
     row_details = _runs(iter(list(made)), detail_counts)
     row_custom = _runs(
         zip(map(fields.__getitem__, indexes), custom_values, strict=True), custom_counts
     )
-    made_rows = map(_contact_row, lines, keys, names, addresses, row_details, row_custom)
+    made_rows = map(new_contact_row, lines, keys, names, addresses, row_details, row_custom)
     return tuple(made_rows), tuple(fields)
 
 
@@ -387,58 +386,6 @@ def _text(value: Any, limit: int) -> str:
     if type(value) is not str or len(value) > limit:
         raise TypeError("expected a text")
     return value
-
-
-# Detail and ContactRow are frozen dataclasses: their __init__ sets each field through
-# object.__setattr__, which looks the field up by name. A decoded row is made as __init__
-# does, minus the lookups (as in core.rows): object.__new__, then each slot's own setter.
-_Setter = Callable[[object, object], None]
-
-
-def _slot_setters(cls: type, names: tuple[str, ...]) -> tuple[_Setter, ...]:
-    """The setters of a slotted dataclass's fields, which must be ``names`` in this order."""
-    fields = tuple(f.name for f in dataclasses.fields(cls))
-    slots = [vars(cls).get(name) for name in names]
-    plain = all(isinstance(slot, MemberDescriptorType) for slot in slots)
-    if fields != names or not plain or hasattr(cls, "__post_init__"):
-        raise RuntimeError(f"{cls.__name__} is not the plain dataclass the codec makes")
-    return tuple(slot.__set__ for slot in slots if isinstance(slot, MemberDescriptorType))
-
-
-_new = object.__new__
-_DETAIL_SETTERS: Final = _slot_setters(Detail, ("channel", "value", "country_code", "country"))
-_ROW_SETTERS: Final = _slot_setters(
-    ContactRow, ("line", "cpf_cnpj", "name", "street_address", "details", "custom_fields")
-)
-
-
-def _detail(channel: Channel, value: str, country_code: int | None, country: str | None) -> Detail:
-    detail: Detail = _new(Detail)
-    set_channel, set_value, set_country_code, set_country = _DETAIL_SETTERS
-    set_channel(detail, channel)
-    set_value(detail, value)
-    set_country_code(detail, country_code)
-    set_country(detail, country)
-    return detail
-
-
-def _contact_row(
-    line: int,
-    cpf_cnpj: str,
-    name: str | None,
-    street_address: str | None,
-    details: tuple[Detail, ...],
-    custom_fields: tuple[tuple[str, str], ...],
-) -> ContactRow:
-    row: ContactRow = _new(ContactRow)
-    set_line, set_key, set_name, set_address, set_details, set_custom = _ROW_SETTERS
-    set_line(row, line)
-    set_key(row, cpf_cnpj)
-    set_name(row, name)
-    set_address(row, street_address)
-    set_details(row, details)
-    set_custom(row, custom_fields)
-    return row
 
 
 PURE: Final = Implementation(encode, decode, compiled=False)

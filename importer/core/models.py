@@ -5,11 +5,13 @@ Enum values equal the values stored by ``schema.sql``; nothing here does I/O.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import enum
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import MemberDescriptorType
 
 
 class JobStatus(enum.StrEnum):
@@ -431,3 +433,63 @@ class Limits:
     max_field_chars: int = 64 * 1024
     max_columns: int = 512
     max_value_chars: int = 4096
+
+
+# --- fast constructors of the per-row values --------------------------------------------------
+# Detail and ContactRow are frozen dataclasses: their __init__ sets each field through
+# object.__setattr__, which looks the field up by name; for the three or four of them a row
+# makes, that costs about as much as normalizing its key. The row builder and the chunk codec
+# make them as __init__ does, minus the lookups: object.__new__, then each slot's own setter.
+# slot_setters() checks that this is all __init__ does, so that a change to the models fails
+# at import.
+Setter = Callable[[object, object], None]
+
+
+def slot_setters(cls: type, names: tuple[str, ...]) -> tuple[Setter, ...]:
+    """The setters of a slotted dataclass's fields, which must be ``names`` in this order."""
+    fields = tuple(f.name for f in dataclasses.fields(cls))
+    slots = [vars(cls).get(name) for name in names]
+    plain = all(isinstance(slot, MemberDescriptorType) for slot in slots)
+    if fields != names or not plain or hasattr(cls, "__post_init__"):
+        raise RuntimeError(f"{cls.__name__} is not the plain dataclass its fast constructor makes")
+    return tuple(slot.__set__ for slot in slots if isinstance(slot, MemberDescriptorType))
+
+
+_new = object.__new__
+_DETAIL_SETTERS = slot_setters(Detail, ("channel", "value", "country_code", "country"))
+_ROW_SETTERS = slot_setters(
+    ContactRow, ("line", "cpf_cnpj", "name", "street_address", "details", "custom_fields")
+)
+
+
+def new_detail(
+    channel: Channel, value: str, country_code: int | None = None, country: str | None = None
+) -> Detail:
+    """``Detail(channel, value, country_code, country)``, twice as fast."""
+    detail: Detail = _new(Detail)
+    set_channel, set_value, set_country_code, set_country = _DETAIL_SETTERS
+    set_channel(detail, channel)
+    set_value(detail, value)
+    set_country_code(detail, country_code)
+    set_country(detail, country)
+    return detail
+
+
+def new_contact_row(
+    line: int,
+    cpf_cnpj: str,
+    name: str | None,
+    street_address: str | None,
+    details: tuple[Detail, ...],
+    custom_fields: tuple[tuple[str, str], ...],
+) -> ContactRow:
+    """``ContactRow(...)`` with every field given, twice as fast."""
+    row: ContactRow = _new(ContactRow)
+    set_line, set_key, set_name, set_address, set_details, set_custom = _ROW_SETTERS
+    set_line(row, line)
+    set_key(row, cpf_cnpj)
+    set_name(row, name)
+    set_address(row, street_address)
+    set_details(row, details)
+    set_custom(row, custom_fields)
+    return row

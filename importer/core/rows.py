@@ -5,13 +5,21 @@ Pure: no I/O. The hot path is :meth:`RowBuilder.build`, called once per record.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Sequence
-from types import MemberDescriptorType
+from collections.abc import Sequence
 from typing import Final
 
 from importer.core.layout import Column, RowPlan
-from importer.core.models import Attribute, Channel, ContactRow, Detail, Reason, RowIssue, Severity
+from importer.core.models import (
+    Attribute,
+    Channel,
+    ContactRow,
+    Detail,
+    Reason,
+    RowIssue,
+    Severity,
+    new_contact_row,
+    new_detail,
+)
 from importer.core.normalize import (
     PhoneParts,
     normalize_cpf_cnpj,
@@ -20,68 +28,6 @@ from importer.core.normalize import (
 )
 
 _MAX_CHANNEL_CHARS = 320
-
-
-# Detail and ContactRow are frozen dataclasses: their __init__ sets each field through
-# object.__setattr__, which looks the field up by name; for the three or four of them a row
-# makes, that costs about as much as normalizing its key. The builder makes them as __init__
-# does, minus the lookups: object.__new__, then each slot's own setter. _slot_setters()
-# checks that this is all __init__ does, so that a change to the models fails at import.
-_Setter = Callable[[object, object], None]
-
-
-_new = object.__new__
-
-
-def _slot_setters(cls: type, names: tuple[str, ...]) -> tuple[_Setter, ...]:
-    """The setters of a slotted dataclass's fields, which must be ``names`` in this order."""
-    fields = tuple(f.name for f in dataclasses.fields(cls))
-    slots = [vars(cls).get(name) for name in names]
-    plain = all(isinstance(slot, MemberDescriptorType) for slot in slots)
-    if fields != names or not plain or hasattr(cls, "__post_init__"):
-        raise RuntimeError(f"{cls.__name__} is not the plain dataclass the row builder makes")
-    return tuple(slot.__set__ for slot in slots if isinstance(slot, MemberDescriptorType))
-
-
-_DETAIL_SETTERS: Final = _slot_setters(Detail, ("channel", "value", "country_code", "country"))
-
-
-_ROW_SETTERS: Final = _slot_setters(
-    ContactRow, ("line", "cpf_cnpj", "name", "street_address", "details", "custom_fields")
-)
-
-
-def _detail(
-    channel: Channel, value: str, country_code: int | None = None, country: str | None = None
-) -> Detail:
-    """``Detail(channel, value, country_code, country)``, twice as fast."""
-    detail: Detail = _new(Detail)
-    set_channel, set_value, set_country_code, set_country = _DETAIL_SETTERS
-    set_channel(detail, channel)
-    set_value(detail, value)
-    set_country_code(detail, country_code)
-    set_country(detail, country)
-    return detail
-
-
-def _contact_row(
-    line: int,
-    cpf_cnpj: str,
-    name: str | None,
-    street_address: str | None,
-    details: tuple[Detail, ...],
-    custom_fields: tuple[tuple[str, str], ...],
-) -> ContactRow:
-    """``ContactRow(...)`` with every field given, twice as fast."""
-    row: ContactRow = _new(ContactRow)
-    set_line, set_key, set_name, set_address, set_details, set_custom = _ROW_SETTERS
-    set_line(row, line)
-    set_key(row, cpf_cnpj)
-    set_name(row, name)
-    set_address(row, street_address)
-    set_details(row, details)
-    set_custom(row, custom_fields)
-    return row
 
 
 # The row builder's column kinds, in the order build() tests them: customs are the most
@@ -192,7 +138,7 @@ class RowBuilder:
                     phone_raw = value
                     phone = normalize_phone_parts(value, international=self._international)
                 if phone is not None:
-                    details.append(_detail(channel, phone[0], phone[1], phone[2]))
+                    details.append(new_detail(channel, phone[0], phone[1], phone[2]))
                 else:
                     issues.append(_warning(line, column, Reason.INVALID_PHONE, value))
             elif kind == _NAME:
@@ -212,11 +158,11 @@ class RowBuilder:
             elif kind == _EMAIL:
                 email = normalize_email(value) if len(value) <= _MAX_CHANNEL_CHARS else None
                 if email is not None:
-                    details.append(_detail(channel, email))
+                    details.append(new_detail(channel, email))
                 else:
                     issues.append(_warning(line, column, Reason.INVALID_EMAIL, value))
             elif len(value) <= _MAX_CHANNEL_CHARS:  # _JOURNEY
-                details.append(_detail(channel, value))
+                details.append(new_detail(channel, value))
             else:
                 issues.append(_warning(line, column, Reason.VALUE_TOO_LONG, value))
         if key is None:
@@ -224,7 +170,7 @@ class RowBuilder:
             issues.insert(0, RowIssue(line, self._key_column, key, None, Severity.INVALID))
         if type(key) is Reason:
             return None, issues
-        row = _contact_row(line, key, name, street_address, tuple(details), tuple(custom))
+        row = new_contact_row(line, key, name, street_address, tuple(details), tuple(custom))
         return row, issues
 
 

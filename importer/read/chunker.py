@@ -9,9 +9,11 @@ chunks into one batch per partition; :func:`partition_of` is the partition of a 
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from importer.core.config import PipelineConfig
 from importer.core.errors import FileRejectedError
@@ -28,12 +30,22 @@ from importer.core.models import (
 from importer.core.rows import RowBuilder, record_issue
 from importer.read.records import JsonRecord, RawRecord
 
-try:
+if TYPE_CHECKING:
     from importer.core._rows import FastRowBuilder
-except ImportError:  # the extension is not built: the pure builder everywhere
-    FastRowBuilder = None  # type: ignore[assignment,misc]
 
-_Builder = RowBuilder | FastRowBuilder
+    _Builder = RowBuilder | FastRowBuilder
+
+
+@functools.cache
+def compiled_builder() -> type[FastRowBuilder] | None:
+    """The compiled row builder, or None when the extension is not built. Imported on the first
+    run that asks for it, not with this module: building its phone tables takes ~30 ms, which
+    every start of the command line would pay."""
+    try:
+        from importer.core._rows import FastRowBuilder
+    except ImportError:  # the extension is not built: the pure builder everywhere
+        return None
+    return FastRowBuilder
 
 
 def partition_of(key: str, partitions: int) -> int:
@@ -121,8 +133,8 @@ class Chunker:
             if name.lower() not in self._known_custom:
                 self._known_custom.add(name.lower())
                 self._new_custom.append(name)
-        compiled = self._config.compiled and FastRowBuilder is not None
-        return (FastRowBuilder if compiled else RowBuilder)(
+        fast = compiled_builder() if self._config.compiled else None
+        return (fast or RowBuilder)(
             plan,
             international=self._config.international,
             max_value_chars=self._config.limits.max_value_chars,

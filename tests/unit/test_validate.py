@@ -24,7 +24,18 @@ from importer.core.layout import (
     plan_for_keys,
     plan_for_positions,
 )
-from importer.core.models import Attribute, Channel, ContactRow, Detail, Reason, RowIssue, Severity
+from importer.core.models import (
+    Attribute,
+    Channel,
+    ContactRow,
+    Detail,
+    Reason,
+    RowIssue,
+    Severity,
+    new_contact_row,
+    new_detail,
+    slot_setters,
+)
 from importer.core.normalize import (
     normalize_cpf_cnpj,
     normalize_email,
@@ -276,10 +287,10 @@ def test_a_short_jsonl_record_lacks_its_last_values() -> None:
 
 
 def test_fast_constructors_make_the_same_objects() -> None:
-    detail = rows._detail(Channel.PHONE, "+5511912345678", 55, "BR")
+    detail = new_detail(Channel.PHONE, "+5511912345678", 55, "BR")
     assert detail == Detail(Channel.PHONE, "+5511912345678", 55, "BR")
-    assert rows._detail(Channel.EMAIL, "a@b.com") == Detail(Channel.EMAIL, "a@b.com")
-    row = rows._contact_row(3, KEY, "Ana", None, (detail,), (("plano", "p"),))
+    assert new_detail(Channel.EMAIL, "a@b.com") == Detail(Channel.EMAIL, "a@b.com")
+    row = new_contact_row(3, KEY, "Ana", None, (detail,), (("plano", "p"),))
     assert row == ContactRow(3, KEY, "Ana", None, (detail,), (("plano", "p"),))
     assert type(row) is ContactRow
     assert repr(row) == repr(ContactRow(3, KEY, "Ana", None, (detail,), (("plano", "p"),)))
@@ -297,7 +308,7 @@ def test_fast_constructors_refuse_a_changed_model() -> None:
         extra: str | None = None
 
     with pytest.raises(RuntimeError):
-        rows._slot_setters(Wider, ("channel", "value", "country_code", "country"))
+        slot_setters(Wider, ("channel", "value", "country_code", "country"))
 
 
 # --------------------------------------------------------------------------------------

@@ -94,14 +94,7 @@ def compiled_encoder() -> Encode | None:
 
 def encoder(compiled: bool) -> Encode:
     """The compiled encoder when asked for and built, else this module's :func:`encode`."""
-    if compiled:
-        try:
-            from importer.adapters.postgres import _copybin
-        except ImportError:
-            pass
-        else:
-            return _copybin.encode
-    return encode
+    return (compiled_encoder() if compiled else None) or encode
 
 
 def _columns(kinds: Sequence[Kind]) -> tuple[Kind, ...]:
