@@ -5,11 +5,15 @@ of the keys it touches (read in the same transaction), :func:`plan_batch` decide
 rows to insert and which values to change, so the database only does the work that changes
 something: new contacts, new channels and new custom values are COPY'd (plain inserts, no
 conflict arbitration); stored contacts get only their changed name/address and custom values.
+
+Most keys come once in a batch: such a key's row stands for its fold (a :data:`Folded` is the
+row itself or, once a second row of the key came, a :class:`MergedContact`), so the common
+case allocates nothing; :func:`merged` gives either as a ``MergedContact``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from importer.core.models import Channel, ConflictStrategy, ContactRow, Detail
@@ -38,11 +42,14 @@ class MergedContact:
     custom_fields: dict[str, tuple[str, str]] = field(default_factory=dict)  # lower → (name, value)
 
 
+Folded = ContactRow | MergedContact  # a key's rows folded: its only row, or the merge of several
+
+
 @dataclass(slots=True)
 class BatchPlan:
     """The writes of a batch. ``new_keys`` counts the keys that did not exist."""
 
-    new_contacts: list[MergedContact] = field(default_factory=list)
+    new_contacts: list[Folded] = field(default_factory=list)  # in key order
     # (id, name, street_address); a None value leaves the stored one (an empty never erases)
     contact_updates: list[tuple[int, str | None, str | None]] = field(default_factory=list)
     # Stored contacts' channels they do not have yet, and custom values: (contact id, ...)
@@ -58,18 +65,30 @@ class BatchPlan:
         return len(self.new_contacts)
 
 
-def fold_rows(rows: Sequence[ContactRow], strategy: ConflictStrategy) -> dict[str, MergedContact]:
+def fold_rows(rows: Sequence[ContactRow], strategy: ConflictStrategy) -> dict[str, Folded]:
     """Fold each key's rows in file order: MERGE keeps the last non-empty values and the union of
-    channels; DISCARD keeps the key's first row only."""
-    folded: dict[str, MergedContact] = {}
+    channels; DISCARD keeps the key's first row only. A key's single row stands for itself."""
+    folded: dict[str, Folded] = {}
     merge_repeats = strategy is ConflictStrategy.MERGE
     for row in rows:
-        merged = folded.get(row.cpf_cnpj)
-        if merged is None:
-            folded[row.cpf_cnpj] = _first(row)
+        entry = folded.get(row.cpf_cnpj)
+        if entry is None:
+            folded[row.cpf_cnpj] = row
         elif merge_repeats:
-            _fold(merged, row)
+            if isinstance(entry, ContactRow):
+                entry = folded[row.cpf_cnpj] = _first(entry)
+            _fold(entry, row)
     return folded
+
+
+def merged(entry: Folded) -> MergedContact:
+    """A fold as a :class:`MergedContact` (a single row folded into nothing)."""
+    return entry if isinstance(entry, MergedContact) else _first(entry)
+
+
+def channel_values(entry: Folded) -> Iterator[tuple[Channel, str]]:
+    """The (channel, value) pairs of a fold, each once, in the order they came."""
+    return iter(merged(entry).details)
 
 
 def _first(row: ContactRow) -> MergedContact:
@@ -96,7 +115,7 @@ def _fold(merged: MergedContact, row: ContactRow) -> None:
 
 
 def plan_batch(
-    folded: Mapping[str, MergedContact],
+    folded: Mapping[str, Folded],
     strategy: ConflictStrategy,
     stored: Mapping[str, StoredContact],
 ) -> BatchPlan:
@@ -104,12 +123,12 @@ def plan_batch(
     them alone)."""
     plan = BatchPlan()
     for key in sorted(folded):
-        merged = folded[key]
+        entry = folded[key]
         contact = stored.get(key)
         if contact is None:
-            plan.new_contacts.append(merged)
+            plan.new_contacts.append(entry)
         elif strategy is ConflictStrategy.MERGE:
-            _plan_merge(plan, contact, merged)
+            _plan_merge(plan, contact, merged(entry))
     return plan
 
 

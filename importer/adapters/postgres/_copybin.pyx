@@ -18,6 +18,7 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memchr, memcpy
 
 from importer.adapters.postgres.copybin import HEADER, MAX_COLUMNS, Kind, nul_refused, uuid_bytes
+from importer.core.merge import ContactRow, merged
 
 cdef extern from "Python.h":
     const Py_ssize_t PY_SSIZE_T_MAX
@@ -186,42 +187,44 @@ cdef class _Uuids:
         return self.raw
 
 
-cdef int put_row(Buffer* buf, tuple row, int* kinds, Py_ssize_t width, _Uuids uuids) except -1:
-    cdef Py_ssize_t j
-    cdef object value
-    cdef int kind
+cdef int put_field(Buffer* buf, object value, int kind, _Uuids uuids) except -1:
+    """One field of ``kind`` (None: NULL, whatever the kind)."""
     cdef long long number
     cdef bytes raw
+    if value is None:
+        reserve(buf, 4)
+        put32(buf, 0xFFFFFFFF)
+    elif kind == K_TEXT:
+        put_text(buf, value)
+    elif kind == K_UUID:
+        raw = uuids.of(value)
+        reserve(buf, 20)
+        put32(buf, 16)
+        memcpy(buf.data + buf.length, PyBytes_AS_STRING(raw), 16)
+        buf.length += 16
+    else:
+        number = integer(value, kind)
+        reserve(buf, 12)
+        if kind == K_INT2:
+            put32(buf, 2)
+            put16(buf, <uint16_t>number)
+        elif kind == K_INT4:
+            put32(buf, 4)
+            put32(buf, <uint32_t>number)
+        else:
+            put32(buf, 8)
+            put64(buf, <uint64_t>number)
+    return 0
+
+
+cdef int put_row(Buffer* buf, tuple row, int* kinds, Py_ssize_t width, _Uuids uuids) except -1:
+    cdef Py_ssize_t j
     if len(row) != width:
         raise ValueError(f"a row of {len(row)} values for {width} columns")
     reserve(buf, 2)
     put16(buf, <uint16_t>width)
     for j in range(width):
-        value = row[j]
-        kind = kinds[j]
-        if value is None:
-            reserve(buf, 4)
-            put32(buf, 0xFFFFFFFF)
-        elif kind == K_TEXT:
-            put_text(buf, value)
-        elif kind == K_UUID:
-            raw = uuids.of(value)
-            reserve(buf, 20)
-            put32(buf, 16)
-            memcpy(buf.data + buf.length, PyBytes_AS_STRING(raw), 16)
-            buf.length += 16
-        else:
-            number = integer(value, kind)
-            reserve(buf, 12)
-            if kind == K_INT2:
-                put32(buf, 2)
-                put16(buf, <uint16_t>number)
-            elif kind == K_INT4:
-                put32(buf, 4)
-                put32(buf, <uint32_t>number)
-            else:
-                put32(buf, 8)
-                put64(buf, <uint64_t>number)
+        put_field(buf, row[j], kinds[j], uuids)
     return 0
 
 
@@ -253,4 +256,150 @@ def encode(kinds, rows):
         return PyByteArray_FromStringAndSize(buf.data, buf.length)
     finally:
         free(columns)
+        free(buf.data)
+
+
+# --- a batch plan's payloads, straight from its folds (copybin.encode_plan's bytes and errors) -
+
+cdef inline void start_row(Buffer* buf, uint16_t width) except *:
+    reserve(buf, 2)
+    put16(buf, width)
+
+
+cdef bytearray finished(Buffer* buf):
+    reserve(buf, 2)
+    put16(buf, 0xFFFF)
+    return PyByteArray_FromStringAndSize(buf.data, buf.length)
+
+
+cdef int put_detail(Buffer* buf, object cid, object client, object d, _Uuids uuids) except -1:
+    """A contact_details row: (contact_id, client_id, channel_id, value, country_code, country)."""
+    start_row(buf, 6)
+    put_field(buf, cid, K_INT8, uuids)
+    put_field(buf, client, K_INT4, uuids)
+    put_field(buf, d.channel, K_INT2, uuids)
+    put_field(buf, d.value, K_TEXT, uuids)
+    put_field(buf, d.country_code, K_INT4, uuids)
+    put_field(buf, d.country, K_TEXT, uuids)
+    return 0
+
+
+cdef int put_custom(Buffer* buf, object cid, object client, object field_id, object value,
+                    _Uuids uuids) except -1:
+    """A contact_custom_fields row: (contact_id, client_id, custom_field_id, value)."""
+    start_row(buf, 4)
+    put_field(buf, cid, K_INT8, uuids)
+    put_field(buf, client, K_INT4, uuids)
+    put_field(buf, field_id, K_INT4, uuids)
+    put_field(buf, value, K_TEXT, uuids)
+    return 0
+
+
+cdef object lower_of(dict lowers, object name):
+    """``name.lower()``, once per distinct name of the call (a file's rows share their header)."""
+    cdef object lower = lowers.get(name)
+    if lower is None:
+        lower = name.lower()
+        lowers[name] = lower
+    return lower
+
+
+cdef bint single(object row, dict lowers, dict field_ids) except -1:
+    """Whether a key's only row can stand for its fold as it is: no two of its details with the
+    same (channel, value), no two of its custom names with the same lower case (else the row is
+    folded by ``merged``, which keeps one of each). Looks every custom name's id up."""
+    cdef tuple details = row.details
+    cdef tuple customs = row.custom_fields
+    cdef Py_ssize_t i, j, n = len(details), m = len(customs)
+    cdef list names
+    for i in range(1, n):
+        for j in range(i):
+            if details[i].channel == details[j].channel and details[i].value == details[j].value:
+                return False
+    if m == 0:
+        return True
+    names = [lower_of(lowers, pair[0]) for pair in customs]
+    for i in range(m):
+        field_ids[names[i]]
+        for j in range(i):
+            if names[i] == names[j]:
+                return False
+    return True
+
+
+def encode_plan(plan, ids, client, job_id, dict field_ids):
+    """The payloads of contact, contact_details and contact_custom_fields for ``plan``: the bytes
+    of ``copybin.encode_plan`` (which builds the rows as tuples, then encodes them), without the
+    tuples. A new contact is a ContactRow (a key's only row) or a MergedContact."""
+    cdef Buffer buf
+    cdef _Uuids uuids = _Uuids()
+    cdef bytes header = HEADER
+    cdef dict lowers = {}
+    cdef list entries = list(plan.new_contacts)
+    cdef list id_list = list(ids)
+    cdef list folds = []
+    cdef Py_ssize_t i, n = len(entries)
+    cdef object entry, cid, d, pair
+    cdef tuple payloads
+    if len(id_list) != n:
+        raise ValueError(f"{len(id_list)} ids for {n} new contacts")
+    # The lookups first, in plan_rows's order: a missing custom field id raises before any byte.
+    for cid, name, value in plan.custom_inserts:
+        field_ids[lower_of(lowers, name)]
+    for entry in entries:
+        if type(entry) is ContactRow and single(entry, lowers, field_ids):
+            folds.append(entry)
+        else:
+            entry = merged(entry)
+            for lower in entry.custom_fields:
+                field_ids[lower]
+            folds.append(entry)
+    buf.data = NULL
+    buf.length = 0
+    buf.capacity = 0
+    try:
+        put_bytes(&buf, PyBytes_AS_STRING(header), PyBytes_GET_SIZE(header))
+        for i in range(n):
+            entry = folds[i]
+            start_row(&buf, 6)
+            put_field(&buf, id_list[i], K_INT8, uuids)
+            put_field(&buf, client, K_INT4, uuids)
+            if type(entry) is ContactRow:
+                put_field(&buf, entry.cpf_cnpj, K_TEXT, uuids)
+            else:
+                put_field(&buf, entry.key, K_TEXT, uuids)
+            put_field(&buf, entry.name, K_TEXT, uuids)
+            put_field(&buf, entry.street_address, K_TEXT, uuids)
+            put_field(&buf, job_id, K_UUID, uuids)
+        contacts = finished(&buf)
+
+        buf.length = 0
+        put_bytes(&buf, PyBytes_AS_STRING(header), PyBytes_GET_SIZE(header))
+        for cid, d in plan.detail_inserts:
+            put_detail(&buf, cid, client, d, uuids)
+        for i in range(n):
+            entry = folds[i]
+            cid = id_list[i]
+            for d in (entry.details if type(entry) is ContactRow else entry.details.values()):
+                put_detail(&buf, cid, client, d, uuids)
+        details = finished(&buf)
+
+        buf.length = 0
+        put_bytes(&buf, PyBytes_AS_STRING(header), PyBytes_GET_SIZE(header))
+        for cid, name, value in plan.custom_inserts:
+            put_custom(&buf, cid, client, field_ids[lower_of(lowers, name)], value, uuids)
+        for i in range(n):
+            entry = folds[i]
+            cid = id_list[i]
+            if type(entry) is ContactRow:
+                for pair in entry.custom_fields:
+                    put_custom(
+                        &buf, cid, client, field_ids[lower_of(lowers, pair[0])], pair[1], uuids
+                    )
+            else:
+                for lower, pair in entry.custom_fields.items():
+                    put_custom(&buf, cid, client, field_ids[lower], pair[1], uuids)
+        customs = finished(&buf)
+        return contacts, details, customs
+    finally:
         free(buf.data)

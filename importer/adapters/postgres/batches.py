@@ -58,12 +58,15 @@ class PostgresBatches:
     in by binary COPY encoded by the compiled twin of :mod:`.copybin` (``compiled`` and built);
     otherwise by asyncpg's own record encoding (``copy_records_to_table``), which writes the
     same bytes (tests/integration/test_copybin.py) several times faster than the pure
-    :func:`.copybin.encode`, the oracle the compiled encoder is tested against.
+    :func:`.copybin.encode`, the oracle the compiled encoder is tested against. A plan's rows
+    are encoded by the compiled ``encode_plan`` straight from its folds (its oracle:
+    :func:`.copybin.encode_plan`).
     """
 
     def __init__(self, pool: asyncpg.Pool, *, compiled: bool = True) -> None:
         self._pool = pool
         self._encode = copybin.compiled_encoder() if compiled else None
+        self._encode_plan = copybin.plan_encoder() if compiled else None
         self._q = queries()
         self._field_ids: dict[tuple[int, str], int] = {}  # (client, lower(name)) → id
         self._id_pool: list[int] = []
@@ -316,38 +319,27 @@ class PostgresBatches:
     async def _write_plan(self, conn: Conn, job: Job, plan: merge.BatchPlan) -> None:
         """COPY the new contacts, channels and custom values; then update what MERGE changes in
         stored contacts."""
-        client, job_id = job.client_id, job.id
-        field_ids = self._client_field_ids(client)
-        contact_rows: list[tuple[Any, ...]] = []
-        detail_rows: list[tuple[Any, ...]] = [
-            (cid, client, d.channel, d.value, d.country_code, d.country)
-            for cid, d in plan.detail_inserts
-        ]
-        custom_rows: list[tuple[Any, ...]] = [
-            (cid, client, field_ids[name.lower()], value)
-            for cid, name, value in plan.custom_inserts
-        ]
+        client = job.client_id
         ids = await self._contact_ids(conn, len(plan.new_contacts))
-        for contact_id, c in zip(ids, plan.new_contacts, strict=True):
-            contact_rows.append((contact_id, client, c.key, c.name, c.street_address, job_id))
-            detail_rows += [
-                (contact_id, client, d.channel, d.value, d.country_code, d.country)
-                for d in c.details.values()
-            ]
-            custom_rows += [
-                (contact_id, client, field_ids[lower], value)
-                for lower, (_, value) in c.custom_fields.items()
-            ]
-        # Let the event loop serve others (HTTP requests in `importer serve`) between building
-        # the batch's rows and encoding them: each step is several milliseconds of Python.
+        field_ids = self._client_field_ids(client)
+        # Let the event loop serve others (HTTP requests in `importer serve`) before the batch's
+        # rows are encoded: several milliseconds of work.
         await asyncio.sleep(0)
-        for table, rows, columns, kinds in (
-            ("contact", contact_rows, _CONTACT, copybin.CONTACT),
-            ("contact_details", detail_rows, _DETAIL, copybin.DETAIL),
-            ("contact_custom_fields", custom_rows, _CUSTOM, copybin.CUSTOM),
-        ):
-            if rows:
-                await self._copy(conn, table, columns, kinds, rows)
+        tables = (
+            ("contact", _CONTACT, copybin.CONTACT),
+            ("contact_details", _DETAIL, copybin.DETAIL),
+            ("contact_custom_fields", _CUSTOM, copybin.CUSTOM),
+        )
+        if self._encode_plan is not None:
+            payloads = self._encode_plan(plan, ids, client, job.id, field_ids)
+            for (table, columns, _), payload in zip(tables, payloads, strict=True):
+                if len(payload) > copybin.EMPTY:
+                    await self._copy_payload(conn, table, columns, payload)
+        else:
+            all_rows = copybin.plan_rows(plan, ids, client, job.id, field_ids)
+            for (table, columns, kinds), rows in zip(tables, all_rows, strict=True):
+                if rows:
+                    await self._copy(conn, table, columns, kinds, rows)
         await self._update_stored(conn, client, plan)
         if job.journey_id is not None:
             await self._join_journey(conn, job, plan, ids)
@@ -360,7 +352,9 @@ class PostgresBatches:
         (a requeued run's batch links nothing twice)."""
         links = list(plan.stored_journeys)
         for contact_id, contact in zip(new_ids, plan.new_contacts, strict=True):
-            links += [(contact_id, v) for ch, v in contact.details if ch is Channel.JOURNEY]
+            links += [
+                (contact_id, v) for ch, v in merge.channel_values(contact) if ch is Channel.JOURNEY
+            ]
         if links:
             contact_ids, values = zip(*sorted(links), strict=True)
             await conn.execute(
@@ -413,8 +407,14 @@ class PostgresBatches:
         if self._encode is None:
             await conn.copy_records_to_table(table, records=rows, columns=columns)
             return
-        payload = memoryview(self._encode(kinds, rows))
-        messages = cast("AsyncIterable[bytes]", _messages(payload))  # any buffer will do
+        await self._copy_payload(conn, table, columns, self._encode(kinds, rows))
+
+    @staticmethod
+    async def _copy_payload(
+        conn: Conn, table: str, columns: Sequence[str], payload: bytearray
+    ) -> None:
+        """COPY a binary payload into ``table``, in messages of half a megabyte."""
+        messages = cast("AsyncIterable[bytes]", _messages(memoryview(payload)))  # any buffer
         await conn.copy_to_table(table, source=messages, columns=columns, format="binary")
 
 

@@ -13,8 +13,11 @@ be a ``str`` and is sent as UTF-8 (a lone surrogate is a ``UnicodeEncodeError``)
 PostgreSQL refuses in text, is refused here with the error the server would raise
 (:func:`nul_refused`, a ``DataError``: the batch splits down to the row, as before).
 
+A batch's plan becomes its three tables' rows by :func:`plan_rows` and their payloads by
+:func:`encode_plan`.
+
 This module is the specification; ``_copybin.pyx`` builds the same bytes in C (:func:`encoder`
-chooses).
+and :func:`plan_encoder` choose), the plan's straight from its folds, without the tuples.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from collections.abc import Callable, Sequence
 from typing import SupportsIndex, SupportsInt, cast
 
 import asyncpg
+
+from importer.core.merge import BatchPlan, merged
 
 
 class Kind(enum.IntEnum):
@@ -57,6 +62,14 @@ _LENGTH = struct.Struct(">i")
 
 # Rows and their columns → the COPY payload (this module's encode, or _copybin's).
 Encode = Callable[[Sequence[Kind], Sequence[Sequence[object]]], bytearray]
+Rows = list[tuple[object, ...]]
+# (plan, new contacts' ids, client, job id, custom field ids by lower-case name) → the payloads
+# of contact, contact_details and contact_custom_fields.
+EncodePlan = Callable[
+    [BatchPlan, Sequence[int], int, uuid.UUID, dict[str, int]],
+    tuple[bytearray, bytearray, bytearray],
+]
+EMPTY = len(HEADER) + len(TRAILER)  # the length of a payload of no row
 
 
 def nul_refused() -> asyncpg.exceptions.CharacterNotInRepertoireError:
@@ -81,6 +94,55 @@ def encode(kinds: Sequence[Kind], rows: Sequence[Sequence[object]]) -> bytearray
             out += NULL if value is None else field(value)
     out += TRAILER
     return out
+
+
+def plan_rows(
+    plan: BatchPlan, ids: Sequence[int], client: int, job_id: uuid.UUID, field_ids: dict[str, int]
+) -> tuple[Rows, Rows, Rows]:
+    """The rows a plan inserts into contact, contact_details and contact_custom_fields, in COPY
+    column order: first the stored contacts' new channels and custom values, then each new
+    contact (``ids[i]`` for ``plan.new_contacts[i]``) with its own."""
+    if len(ids) != len(plan.new_contacts):
+        raise ValueError(f"{len(ids)} ids for {len(plan.new_contacts)} new contacts")
+    contacts: Rows = []
+    details: Rows = [
+        (cid, client, d.channel, d.value, d.country_code, d.country)
+        for cid, d in plan.detail_inserts
+    ]
+    customs: Rows = [
+        (cid, client, field_ids[name.lower()], value) for cid, name, value in plan.custom_inserts
+    ]
+    for contact_id, entry in zip(ids, plan.new_contacts, strict=True):
+        contact = merged(entry)
+        contacts.append(
+            (contact_id, client, contact.key, contact.name, contact.street_address, job_id)
+        )
+        details += [
+            (contact_id, client, d.channel, d.value, d.country_code, d.country)
+            for d in contact.details.values()
+        ]
+        customs += [
+            (contact_id, client, field_ids[lower], value)
+            for lower, (_, value) in contact.custom_fields.items()
+        ]
+    return contacts, details, customs
+
+
+def encode_plan(
+    plan: BatchPlan, ids: Sequence[int], client: int, job_id: uuid.UUID, field_ids: dict[str, int]
+) -> tuple[bytearray, bytearray, bytearray]:
+    """The payloads of :func:`plan_rows` (the reference of the compiled ``encode_plan``)."""
+    contacts, details, customs = plan_rows(plan, ids, client, job_id, field_ids)
+    return encode(CONTACT, contacts), encode(DETAIL, details), encode(CUSTOM, customs)
+
+
+def plan_encoder() -> EncodePlan | None:
+    """The compiled plan encoder, or None when the extension is not built."""
+    try:
+        from importer.adapters.postgres import _copybin
+    except ImportError:
+        return None
+    return _copybin.encode_plan
 
 
 def compiled_encoder() -> Encode | None:
