@@ -1,0 +1,154 @@
+"""What an import would do, decided before it does anything: the preview document.
+
+The import plans each batch against the stored state as the batch finds it. A preview plans
+each key once, against its stored state, with all of the key's valid rows of the file folded
+in file order. The decision is the same: the final state of a key never depends on how its rows
+are cut into batches (SPEC "Conflict strategies": the state and the counters are identical for
+any chunk size and concurrency), so a preview's counters are the counters the import ends with
+when nothing writes in between.
+
+:class:`PreviewBuilder` is fed the keys in ascending order, each with its rows and its stored
+contact, and keeps bounded state whatever the file's size: the counters, a tally per target
+field, and a sample of at most :data:`SAMPLE` contacts with their values before and after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from importer.core import merge
+from importer.core.models import Channel, ConflictStrategy, ContactRow, Counters
+
+SAMPLE = 20  # contacts shown with their values before → after
+DOCUMENT_VERSION = 1
+
+
+@dataclass(slots=True)
+class FieldTally:
+    """How many contacts a target field would give a first value, change, or leave as they are
+    (of the contacts the file names that have a value of the field, before or after)."""
+
+    first: int = 0
+    changed: int = 0
+    kept: int = 0
+
+    def add(self, before: object, after: object) -> None:
+        if after is None or after == before:
+            if before is not None:
+                self.kept += 1
+        elif before is None:
+            self.first += 1
+        else:
+            self.changed += 1
+
+    def as_dict(self) -> dict[str, int]:
+        return {"first": self.first, "changed": self.changed, "kept": self.kept}
+
+
+def _values(channel: Channel, pairs: object) -> list[str]:
+    return sorted(v for c, v in pairs if c == channel)  # type: ignore[attr-defined]
+
+
+@dataclass(slots=True)
+class PreviewBuilder:
+    """The preview of one import, fed key by key in ascending key order (:meth:`add`)."""
+
+    strategy: ConflictStrategy
+    counters: Counters = field(default_factory=Counters)
+    fields: dict[str, FieldTally] = field(default_factory=dict)
+    sample: list[dict[str, object]] = field(default_factory=list)
+    _last_key: str | None = None
+
+    def add(self, rows: Sequence[ContactRow], stored: merge.StoredContact | None) -> None:
+        """One key: its valid rows in file order and its stored contact (None: a new key)."""
+        key = rows[0].cpf_cnpj
+        if self._last_key is not None and key <= self._last_key:
+            raise ValueError(f"keys out of order: {key!r} after {self._last_key!r}")
+        self._last_key = key
+        rest = len(rows) - (stored is None)
+        self.counters.rows_read += len(rows)
+        self.counters.inserted += stored is None
+        if self.strategy is ConflictStrategy.MERGE:
+            self.counters.updated += rest
+        else:
+            self.counters.ignored += rest
+        folded = merge.merged(merge.fold_rows(rows, self.strategy)[key])
+        if stored is not None and self.strategy is ConflictStrategy.DISCARD:
+            after = _before(stored)  # DISCARD leaves a stored contact as it is
+        else:
+            after = _after(folded, stored)
+        before = _before(stored) if stored is not None else {}
+        changes: dict[str, dict[str, object]] = {}
+        for name in sorted(before.keys() | after.keys()):
+            was, will = before.get(name), after.get(name)
+            self.fields.setdefault(name, FieldTally()).add(was, will)
+            if will is not None and will != was:
+                changes[name] = {"before": was, "after": will}
+        if changes and len(self.sample) < SAMPLE:
+            self.sample.append(
+                {
+                    "key": key,
+                    "line": rows[0].line,
+                    "action": "insert" if stored is None else "update",
+                    "fields": changes,
+                }
+            )
+
+    def add_invalid(self, count: int) -> None:
+        """Rows the file has that are invalid (they are in the error report)."""
+        self.counters.rows_read += count
+        self.counters.invalid += count
+
+    def document(self, new_custom_fields: Sequence[str]) -> dict[str, object]:
+        """The preview document (stored on the job, printed by ``--dry-run``)."""
+        c = self.counters
+        return {
+            "version": DOCUMENT_VERSION,
+            "counters": {
+                "rows_read": c.rows_read,
+                "inserted": c.inserted,
+                "updated": c.updated,
+                "invalid": c.invalid,
+                "error": c.error,
+                "ignored": c.ignored,
+            },
+            "fields": {name: self.fields[name].as_dict() for name in sorted(self.fields)},
+            "new_custom_fields": sorted(new_custom_fields, key=str.lower),
+            "sample": self.sample,
+        }
+
+
+def _before(stored: merge.StoredContact) -> dict[str, object]:
+    """A stored contact's values by target field name (``name``, ``street_address``,
+    ``custom:<lower-case name>``, ``channel:<channel>``: its sorted values)."""
+    values: dict[str, object] = {}
+    if stored.name is not None:
+        values["name"] = stored.name
+    if stored.street_address is not None:
+        values["street_address"] = stored.street_address
+    for lower, value in stored.custom_fields.items():
+        values[f"custom:{lower}"] = value
+    for channel in Channel:
+        found = _values(channel, stored.details)
+        if found:
+            values[f"channel:{channel.name.lower()}"] = found
+    return values
+
+
+def _after(folded: merge.MergedContact, stored: merge.StoredContact | None) -> dict[str, object]:
+    """The values a key ends with: MERGE's (the file's last non-empty value over the stored one,
+    the union of channels)."""
+    values = _before(stored) if stored is not None else {}
+    if folded.name is not None:
+        values["name"] = folded.name
+    if folded.street_address is not None:
+        values["street_address"] = folded.street_address
+    for lower, (_, value) in folded.custom_fields.items():
+        values[f"custom:{lower}"] = value
+    stored_pairs = stored.details if stored is not None else frozenset()
+    for channel in Channel:
+        union = set(_values(channel, stored_pairs)) | set(_values(channel, folded.details))
+        if union:
+            values[f"channel:{channel.name.lower()}"] = sorted(union)
+    return values
