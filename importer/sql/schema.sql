@@ -393,3 +393,18 @@ CROSS JOIN LATERAL (
 LEFT JOIN LATERAL (
     SELECT q.position FROM import_claim_queue q WHERE q.id = j.id AND j.status = 'queued'
 ) AS queue ON true;
+
+-- A preview's valid rows, staged while the file is read and planned key by key once it is
+-- (importer/core/preview.py): then deleted. Unlogged: a preview lost in a crash is run again.
+-- `extra` is the row's channels and custom values as JSON ({"d": [[channel, value,
+-- country_code, country], ...], "c": [[name, value], ...]}).
+CREATE UNLOGGED TABLE IF NOT EXISTS import_preview_row (
+    job_id          uuid NOT NULL,
+    cpf_cnpj        text NOT NULL,
+    line            integer NOT NULL,
+    name            text,
+    street_address  text,
+    extra           text NOT NULL
+);
+CREATE INDEX IF NOT EXISTS import_preview_row_job_idx ON import_preview_row (job_id);
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS preview jsonb;  -- a preview's document

@@ -300,21 +300,7 @@ class PostgresBatches:
         self, conn: Conn, job: Job, keys: list[str]
     ) -> dict[str, merge.StoredContact]:
         names = {i: lower for lower, i in self._client_field_ids(job.client_id).items()}
-        client = job.client_id
-        stored = {}
-        for r in await conn.fetch(self._q["find_contacts"], client, keys, list(names)):
-            channels, values = r["channels"], r["detail_values"]
-            field_ids, field_values = r["field_ids"], r["field_values"]
-            stored[r["cpf_cnpj"]] = merge.StoredContact(
-                r["id"],
-                r["name"],
-                r["street_address"],
-                frozenset(zip(channels, values, strict=True)) if channels else frozenset(),
-                {names[i]: v for i, v in zip(field_ids, field_values, strict=True)}
-                if field_ids
-                else {},
-            )
-        return stored
+        return await stored_contacts(conn, self._q["find_contacts"], job.client_id, keys, names)
 
     async def _write_plan(self, conn: Conn, job: Job, plan: merge.BatchPlan) -> None:
         """COPY the new contacts, channels and custom values; then update what MERGE changes in
@@ -414,12 +400,33 @@ class PostgresBatches:
         conn: Conn, table: str, columns: Sequence[str], payload: bytearray
     ) -> None:
         """COPY a binary payload into ``table``, in messages of half a megabyte."""
-        messages = cast("AsyncIterable[bytes]", _messages(memoryview(payload)))  # any buffer
+        messages = cast("AsyncIterable[bytes]", copy_messages(memoryview(payload)))  # any buffer
         await conn.copy_to_table(table, source=messages, columns=columns, format="binary")
 
 
-async def _messages(payload: memoryview) -> AsyncIterator[memoryview]:
+async def copy_messages(payload: memoryview) -> AsyncIterator[memoryview]:
     """The payload in CopyData-sized slices (a memoryview each, never bytes: asyncpg would
     take bytes for a file's path)."""
     for start in range(0, len(payload), _COPY_MESSAGE):
         yield payload[start : start + _COPY_MESSAGE]
+
+
+async def stored_contacts(
+    conn: Conn, find_contacts: str, client: int, keys: list[str], names: dict[int, str]
+) -> dict[str, merge.StoredContact]:
+    """The stored live contacts of ``keys`` with their channels and their values of the custom
+    fields ``names`` (id → lower-case name), by key."""
+    stored = {}
+    for r in await conn.fetch(find_contacts, client, keys, list(names)):
+        channels, values = r["channels"], r["detail_values"]
+        field_ids, field_values = r["field_ids"], r["field_values"]
+        stored[r["cpf_cnpj"]] = merge.StoredContact(
+            r["id"],
+            r["name"],
+            r["street_address"],
+            frozenset(zip(channels, values, strict=True)) if channels else frozenset(),
+            {names[i]: v for i, v in zip(field_ids, field_values, strict=True)}
+            if field_ids
+            else {},
+        )
+    return stored
