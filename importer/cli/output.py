@@ -3,6 +3,7 @@ JSON document), and the tables of ``importer status`` and ``importer history``."
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
 from collections.abc import Mapping
@@ -86,12 +87,7 @@ def outcome_document(outcome: ImportOutcome) -> dict[str, object]:
     document: dict[str, object] = {
         "job_id": str(outcome.job_id),
         "status": outcome.status.value,
-        "rows_read": c.rows_read,
-        "inserted": c.inserted,
-        "updated": c.updated,
-        "invalid": c.invalid,
-        "error": c.error,
-        "ignored": c.ignored,
+        **dataclasses.asdict(c),
         "elapsed_s": round(outcome.elapsed_s, 3),
         "rows_per_s": round(c.rows_read / outcome.elapsed_s, 1) if outcome.elapsed_s else 0.0,
         "cpu_s": round(time.process_time(), 2),

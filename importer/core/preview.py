@@ -14,8 +14,8 @@ field, and a sample of at most :data:`SAMPLE` contacts with their values before 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
 
 from importer.core import merge
 from importer.core.models import Channel, ConflictStrategy, ContactRow, Counters
@@ -46,8 +46,9 @@ class FieldTally:
         return {"first": self.first, "changed": self.changed, "kept": self.kept}
 
 
-def _values(channel: Channel, pairs: object) -> list[str]:
-    return sorted(v for c, v in pairs if c == channel)  # type: ignore[attr-defined]
+def _values(channel: Channel, pairs: Iterable[tuple[int, str]]) -> list[str]:
+    """The values of one channel among (channel, value) pairs, sorted."""
+    return sorted(v for c, v in pairs if c == channel)
 
 
 @dataclass(slots=True)
@@ -58,7 +59,7 @@ class PreviewBuilder:
     counters: Counters = field(default_factory=Counters)
     fields: dict[str, FieldTally] = field(default_factory=dict)
     sample: list[dict[str, object]] = field(default_factory=list)
-    _last_key: str | None = None
+    _last_key: str | None = field(default=None, init=False, repr=False)
 
     def add(self, rows: Sequence[ContactRow], stored: merge.StoredContact | None) -> None:
         """One key: its valid rows in file order and its stored contact (None: a new key)."""
@@ -102,17 +103,9 @@ class PreviewBuilder:
 
     def document(self, new_custom_fields: Sequence[str]) -> dict[str, object]:
         """The preview document (stored on the job, printed by ``--dry-run``)."""
-        c = self.counters
         return {
             "version": DOCUMENT_VERSION,
-            "counters": {
-                "rows_read": c.rows_read,
-                "inserted": c.inserted,
-                "updated": c.updated,
-                "invalid": c.invalid,
-                "error": c.error,
-                "ignored": c.ignored,
-            },
+            "counters": asdict(self.counters),
             "fields": {name: self.fields[name].as_dict() for name in sorted(self.fields)},
             "new_custom_fields": sorted(new_custom_fields, key=str.lower),
             "sample": self.sample,

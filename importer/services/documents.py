@@ -6,7 +6,7 @@ import base64
 import binascii
 import datetime as dt
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import orjson
 
@@ -70,14 +70,7 @@ def job_document(view: JobView, now: dt.datetime) -> dict[str, object]:
         "size": view.source_size,
         "sha256": view.source_sha256,
         "user_id": view.user_id,
-        "counters": {
-            "rows_read": c.rows_read,
-            "inserted": c.inserted,
-            "updated": c.updated,
-            "invalid": c.invalid,
-            "error": c.error,
-            "ignored": c.ignored,
-        },
+        "counters": asdict(c),
         "progress": {
             "rows": view.rows_done,
             "bytes": view.bytes_read,

@@ -1,6 +1,6 @@
 """A preview on PostgreSQL: the file's valid rows staged, then planned key by key against the
 stored contacts. Its counters are the counters of the import of the same file run right after,
-and it writes nothing to the contact tables (their dump is the same before and after)."""
+and it writes nothing to the contact tables (the client's state is the same before and after)."""
 
 from __future__ import annotations
 
@@ -33,24 +33,12 @@ from importer.read.blocks import BlockParser
 from importer.services.local import ImportRequest, import_source
 from importer.settings import Settings
 from tests.hostile import hostile_csv
+from tests.support import db_state
 
 pytestmark = pytest.mark.integration
 
 LIMITS = Limits(max_record_chars=400, max_field_chars=80, max_value_chars=60)
 _clients = itertools.count(90_000)
-
-
-async def _dump(conn: asyncpg.Connection, client: int) -> list[tuple[object, ...]]:
-    rows = await conn.fetch(
-        "SELECT c.cpf_cnpj, c.name, c.street_address, "
-        "  (SELECT array_agg((d.channel_id, d.value) ORDER BY d.channel_id, d.value)::text "
-        "   FROM contact_details d WHERE d.contact_id = c.id), "
-        "  (SELECT array_agg((f.custom_field_id, f.value) ORDER BY f.custom_field_id)::text "
-        "   FROM contact_custom_fields f WHERE f.contact_id = c.id) "
-        "FROM contact c WHERE c.client_id = $1 ORDER BY c.cpf_cnpj",
-        client,
-    )
-    return [tuple(r) for r in rows]
 
 
 async def _preview(
@@ -95,9 +83,9 @@ async def _check(dsn: str, tmp: Path, pre: bytes, body: bytes, strategy: Conflic
         run_settings = Settings(limits=LIMITS)
         pre_request = ImportRequest(client, ConflictStrategy.MERGE, InputFormat.CSV, 500, 1)
         await import_source(store, LocalFileSource(pre_path), pre_request, run_settings)
-        before = await _dump(conn, client)
+        before = await db_state(dsn, client)
         document = await _preview(previews, body, client, strategy)
-        assert await _dump(conn, client) == before  # a preview writes no contact row
+        assert await db_state(dsn, client) == before  # a preview writes no contact row
         assert await conn.fetchval("SELECT count(*) FROM import_preview_row") == 0
         request = ImportRequest(client, strategy, InputFormat.CSV, 3, 2)
         outcome = await import_source(store, LocalFileSource(body_path), request, run_settings)

@@ -46,6 +46,12 @@ _RUNNING = lifecycle.values(lifecycle.RUNNING_STATUSES)
 _CONTACT = ("id", "client_id", "cpf_cnpj", "name", "street_address", "import_job_id")
 _DETAIL = ("contact_id", "client_id", "channel_id", "value", "country_code", "country")
 _CUSTOM = ("contact_id", "client_id", "custom_field_id", "value")
+# The tables a batch plan COPYs into, in the order of copybin.plan_rows / encode_plan.
+_PLAN_TABLES = (
+    ("contact", _CONTACT, copybin.CONTACT),
+    ("contact_details", _DETAIL, copybin.DETAIL),
+    ("contact_custom_fields", _CUSTOM, copybin.CUSTOM),
+)
 _ROW_ERROR = ("job_id", "line", "column_name", "reason", "severity", "value")
 _COPY_MESSAGE = 1 << 19  # bytes per CopyData message (asyncpg's own size; the server takes < 1 GB)
 
@@ -311,19 +317,14 @@ class PostgresBatches:
         # Let the event loop serve others (HTTP requests in `importer serve`) before the batch's
         # rows are encoded: several milliseconds of work.
         await asyncio.sleep(0)
-        tables = (
-            ("contact", _CONTACT, copybin.CONTACT),
-            ("contact_details", _DETAIL, copybin.DETAIL),
-            ("contact_custom_fields", _CUSTOM, copybin.CUSTOM),
-        )
         if self._encode_plan is not None:
             payloads = self._encode_plan(plan, ids, client, job.id, field_ids)
-            for (table, columns, _), payload in zip(tables, payloads, strict=True):
+            for (table, columns, _), payload in zip(_PLAN_TABLES, payloads, strict=True):
                 if len(payload) > copybin.EMPTY:
                     await self._copy_payload(conn, table, columns, payload)
         else:
             all_rows = copybin.plan_rows(plan, ids, client, job.id, field_ids)
-            for (table, columns, kinds), rows in zip(tables, all_rows, strict=True):
+            for (table, columns, kinds), rows in zip(_PLAN_TABLES, all_rows, strict=True):
                 if rows:
                     await self._copy(conn, table, columns, kinds, rows)
         await self._update_stored(conn, client, plan)
