@@ -24,6 +24,7 @@ from importer.core.accelerator import RateDecision
 from importer.core.models import (
     Batch,
     Checkpoint,
+    ContactRow,
     Counters,
     DeadLetter,
     Finalized,
@@ -42,6 +43,7 @@ from importer.core.models import (
 )
 from importer.core.objects import StoredObject
 from importer.core.options import FiringIntent
+from importer.core.preview import PreviewBuilder
 
 
 class HeldDeadLetter(Protocol):
@@ -164,6 +166,50 @@ class Store(Protocol):
 
     def row_issues(self, job_id: uuid.UUID) -> AsyncIterator[RowIssue]:
         """The error report's rows by line: the job's file-level warnings first (line 0)."""
+        ...
+
+    # --- outside the batches: a preview, a validation of the whole file first -----------------
+
+    async def stage_preview(self, job_id: uuid.UUID, rows: Sequence[ContactRow]) -> None:
+        """Keep valid rows of a preview (nothing is written to the contact tables)."""
+        ...
+
+    async def plan_preview(
+        self, job: Job, fields: Sequence[str]
+    ) -> tuple[PreviewBuilder, list[str]]:
+        """The staged rows, key by key in key order, planned against the client's contacts as
+        they are now (``fields``: the custom field names the file uses), and the names of
+        ``fields`` the client has no field for."""
+        ...
+
+    async def clear_preview(self, job_id: uuid.UUID) -> None:
+        """Forget the staged rows (a preview's end, or a restarted preview's start)."""
+        ...
+
+    async def rest_ready(
+        self,
+        job_id: uuid.UUID,
+        document: dict[str, object],
+        ttl_s: float,
+        *,
+        owner: str | None = None,
+    ) -> None:
+        """End a preview: the job rests in ``ready`` with ``document`` until an apply, or until
+        ``ttl_s`` seconds pass (then it expires ``cancelled``)."""
+        ...
+
+    async def add_row_issues(self, job_id: uuid.UUID, issues: Sequence[RowIssue]) -> None:
+        """Report issues outside any batch (a preview's, a validation's)."""
+        ...
+
+    async def clear_row_issues(self, job_id: uuid.UUID) -> None:
+        """Empty the job's error report (a run starting with an empty ledger)."""
+        ...
+
+    async def save_validation(
+        self, job_id: uuid.UUID, validation: dict[str, object], *, owner: str | None = None
+    ) -> None:
+        """Record what the validation of the whole file found (``threshold.validation``)."""
         ...
 
 

@@ -30,3 +30,4 @@ class PipelineConfig:
     lane_poll_s: float = 0.05  # how often the coordinator looks at its lanes while it waits
     # The compiled hot path where it is built (IMPORTER_PURE=1: the pure reference everywhere).
     compiled: bool = True
+    preview_ttl_s: float = 24 * 3600  # how long a preview waits for its apply

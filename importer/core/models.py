@@ -1,6 +1,10 @@
 """Domain values shared by every layer: frozen dataclasses and str enums.
 
 Enum values equal the values stored by ``schema.sql``; nothing here does I/O.
+
+Why this module is long: it is the vocabulary every layer shares (a job, its counters, its
+rows, batches and views); split by type it would only move the same definitions into files
+that import each other.
 """
 
 from __future__ import annotations
@@ -113,6 +117,7 @@ class Reason(enum.StrEnum):
     SOURCE_UNREADABLE = "source_unreadable"
     UNREADABLE_WORKBOOK = "unreadable_workbook"  # XLSX: corrupt, truncated or password-protected
     INTERNAL_ERROR = "internal_error"
+    TOO_MANY_INVALID_ROWS = "too_many_invalid_rows"  # the file's invalid rows exceed max_invalid
 
 
 class Severity(enum.StrEnum):
@@ -228,6 +233,18 @@ class Job:
     journey_id: int | None = None
     warnings: tuple[JobWarning, ...] = ()  # file-level warnings (suspect_encoding)
     local_path: str | None = None  # a command-line import's file (absolute path)
+    # Preview, then apply: a preview run rests the job in ``ready`` with its document
+    # (``awaiting_apply``, claimed by no worker) until an apply hands it to a run again.
+    preview_requested: bool = False
+    awaiting_apply: bool = False
+    preview: dict[str, object] | None = None
+    max_invalid: str | None = None  # the error threshold ("100", "2%"): validate first
+    validation: dict[str, object] | None = None  # what the validation of the whole file found
+
+    @property
+    def previews(self) -> bool:
+        """This job's next run is a preview (one was asked for and none was made yet)."""
+        return self.preview_requested and self.preview is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +321,8 @@ class NewJob:
     lease_owner: str | None = None
     lease_s: float = 0.0
     local_path: str | None = None  # the CLI's file (absolute), sealed by source_size/sha256
+    preview: bool = False  # run a preview first, rest in ``ready`` until an apply
+    max_invalid: str | None = None  # the error threshold, canonical (core.threshold)
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,6 +366,12 @@ class JobView:
     recent_rows: int = 0
     recent_bytes: int = 0
     queue_position: int | None = None
+    # Preview, then apply (see Job): the preview's document while it rests and after its apply.
+    preview: dict[str, object] | None = None
+    awaiting_apply: bool = False
+    preview_expires_at: dt.datetime | None = None
+    max_invalid: str | None = None
+    validation: dict[str, object] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from importer.core import lifecycle
+from importer.core import lifecycle, threshold
 from importer.core.errors import (
     IllegalTransitionError,
     JobNotFoundError,
     LaneNotReadyError,
     LaneSplitError,
 )
+from importer.core.merge import StoredContact
 from importer.core.models import (
     Batch,
     Channel,
@@ -37,6 +39,7 @@ from importer.core.models import (
     RowIssue,
     Severity,
 )
+from importer.core.preview import PreviewBuilder
 
 
 @dataclass(slots=True)
@@ -116,6 +119,7 @@ class InMemoryStore:
         self.created_fields: dict[uuid.UUID, int] = {}
         self.finalized: dict[uuid.UUID, Finalized] = {}
         self.read_to_end: set[uuid.UUID] = set()  # jobs whose reader reached the file's end
+        self.staged: dict[uuid.UUID, list[ContactRow]] = {}  # a preview's valid rows
 
     async def create_job(self, new_job: NewJob, status: JobStatus) -> Job:
         job = Job(
@@ -128,6 +132,8 @@ class InMemoryStore:
             new_job.chunk_size,
             new_job.partitions,
             new_job.user_id,
+            preview_requested=new_job.preview,
+            max_invalid=new_job.max_invalid,
         )
         self.jobs[job.id] = job
         self.ledger[job.id], self.issues[job.id] = {}, []
@@ -293,7 +299,10 @@ class InMemoryStore:
         if target is JobStatus.COMPLETED and self.created_fields.get(job_id):
             target = JobStatus.COMPLETED_WITH_PLACEHOLDERS
         totals = lifecycle.sum_counters(self.ledger[job_id].values())
-        self.jobs[job_id] = replace(job, status=target, fail_reason=fail_reason, counters=totals)
+        totals.add(threshold.exceeded_counters(job.validation))
+        self.jobs[job_id] = replace(
+            job, status=target, fail_reason=fail_reason, counters=totals, awaiting_apply=False
+        )
         self.finalized[job_id] = Finalized(target, totals)
         return self.finalized[job_id]
 
@@ -307,3 +316,70 @@ class InMemoryStore:
             yield warning.as_issue()
         for issue in sorted(self.issues[job_id], key=lambda i: i.line):
             yield issue
+
+    # --- outside the batches -------------------------------------------------------------------
+
+    async def stage_preview(self, job_id: uuid.UUID, rows: Sequence[ContactRow]) -> None:
+        self.staged.setdefault(job_id, []).extend(rows)
+
+    async def plan_preview(
+        self, job: Job, fields: Sequence[str]
+    ) -> tuple[PreviewBuilder, list[str]]:
+        wanted = {name.lower() for name in fields}
+        rows = sorted(self.staged.get(job.id, ()), key=lambda r: (r.cpf_cnpj.encode(), r.line))
+        builder = PreviewBuilder(job.strategy)
+        for key, key_rows in itertools.groupby(rows, key=lambda r: r.cpf_cnpj):
+            state = self.model.contacts.get((job.client_id, key))
+            builder.add(list(key_rows), None if state is None else _stored(state, wanted))
+        new = [n for n in fields if (job.client_id, n.lower()) not in self.custom_fields]
+        return builder, new
+
+    async def clear_preview(self, job_id: uuid.UUID) -> None:
+        self.staged.pop(job_id, None)
+
+    async def rest_ready(
+        self,
+        job_id: uuid.UUID,
+        document: dict[str, object],
+        ttl_s: float,  # noqa: ARG002 (nothing expires in a test's store)
+        *,
+        owner: str | None = None,  # noqa: ARG002
+    ) -> None:
+        job = await self.get_job(job_id)
+        if not lifecycle.can_transition(job.status, JobStatus.READY):
+            raise IllegalTransitionError(f"import {job_id}: {job.status.value} → ready")
+        self.jobs[job_id] = replace(
+            job, status=JobStatus.READY, preview=document, awaiting_apply=True
+        )
+
+    async def add_row_issues(self, job_id: uuid.UUID, issues: Sequence[RowIssue]) -> None:
+        self.issues[job_id].extend(issues)
+
+    async def clear_row_issues(self, job_id: uuid.UUID) -> None:
+        self.issues[job_id] = []
+
+    async def save_validation(
+        self,
+        job_id: uuid.UUID,
+        validation: dict[str, object],
+        *,
+        owner: str | None = None,  # noqa: ARG002
+    ) -> None:
+        self.jobs[job_id] = replace(await self.get_job(job_id), validation=validation)
+
+    def apply_preview(self, job_id: uuid.UUID) -> Job:
+        """A resting preview handed to its next run (the API's apply)."""
+        job = replace(self.jobs[job_id], awaiting_apply=False)
+        self.jobs[job_id] = job
+        return job
+
+
+def _stored(state: ContactState, fields: set[str]) -> StoredContact:
+    """A contact of the model as the database's reader gives it (the import's custom fields)."""
+    return StoredContact(
+        0,
+        state.name,
+        state.street_address,
+        frozenset((int(c), v) for c, v in state.details),
+        {k: v for k, v in state.custom_fields.items() if k in fields},
+    )

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Callable, Iterable
+from dataclasses import asdict, dataclass, field
 
 import structlog
 
-from importer.core import lifecycle
+from importer.core import lifecycle, threshold
 from importer.core.config import PipelineConfig
 from importer.core.errors import FileRejectedError
 from importer.core.models import (
@@ -29,6 +29,7 @@ from importer.core.models import (
     Reason,
 )
 from importer.pipeline.applier import BatchApplier
+from importer.pipeline.spool import BatchSpool
 from importer.ports import (
     BatchPublisher,
     NullObserver,
@@ -42,6 +43,8 @@ from importer.read.blocks import BlockParser
 from importer.read.chunker import Chunker
 
 log = structlog.get_logger(__name__)
+
+_SPOOL_STEP = 16  # spooled batches read back at a time
 
 
 class NoThrottle:
@@ -73,6 +76,7 @@ class RunState:
     failure: FileRejectedError | None = None
     chunks: int = 0  # chunks of the file, once the reader reached its end
     warned: bool = False  # the file-level suspect_encoding warning is recorded
+    read_all: bool = False  # the reader reached the end of the file
 
 
 class ImportRun:
@@ -107,6 +111,7 @@ class ImportRun:
         ]
         self._applier = BatchApplier(store, job, max_attempts=config.max_batch_attempts)
         self._lanes_behind = 0  # multi-instance mode: the chunk every lane has passed
+        self._validating = False  # the whole file is validated before its batches are applied
 
     async def run(self) -> Finalized | None:
         """Run to the end: the finalization's result, or None when stopped before the end.
@@ -127,7 +132,12 @@ class ImportRun:
         owner = self.job.lease_owner
         await store.transition(self.job.id, lifecycle.entry_status(self.job.status), owner=owner)
         self._progress.on_start(self._source.size)
+        if self.job.previews:
+            return await self._preview()
         done = await store.done_batches(self.job.id)
+        if not done:  # a preview's or a validation's report: the batches report their rows again
+            await store.clear_row_issues(self.job.id)
+        self._validating = validates_first(self.job, done)
         self._applier = BatchApplier(
             store,
             self.job,
@@ -150,17 +160,64 @@ class ImportRun:
         if self._publisher is not None and self.state.failure is None:
             await self._await_lanes()
         if self.state.failure is not None:
-            failure = self.state.failure
-            log.warning(
-                "import_rejected",
-                job_id=str(self.job.id),
-                reason=failure.reason.value,
-                detail=failure.detail,
-            )
-            return await store.finalize(self.job.id, failure.reason.value, owner=owner)
+            return await self._rejected(self.state.failure)
         if self.stop.is_set():
             return None
         return await store.finalize(self.job.id, None, owner=owner)
+
+    async def _preview(self) -> Finalized | None:
+        """A preview's run: read and validate the whole file, stage its valid rows, plan them
+        against the client's contacts, and rest in ``ready`` with the document (nothing is
+        written to the contact tables). Past its error threshold, it fails like an import."""
+        store, job = self._store, self.job
+        await store.clear_preview(job.id)  # a preview run again from the start
+        await store.clear_row_issues(job.id)
+        parser = BlockParser(job, self._source.name, self._config, None)
+        invalid = 0
+        try:
+            async with contextlib.aclosing(self._steps(parser)) as steps:
+                async for batches in steps:
+                    await self._warn(parser)
+                    for batch in batches:
+                        await store.stage_preview(job.id, batch.rows)
+                        await store.add_row_issues(job.id, batch.issues)
+                        invalid += batch.invalid
+            fields = parser.chunker.take_new_custom_names()
+        except FileRejectedError as exc:
+            await store.clear_preview(job.id)
+            return await self._rejected(exc)
+        finally:
+            parser.close()
+        try:
+            if not self.state.read_all:  # stopped: nothing to show
+                return None
+            builder, new_fields = await store.plan_preview(job, fields)
+        finally:
+            await store.clear_preview(job.id)
+        builder.add_invalid(invalid)
+        counters = builder.counters
+        if job.max_invalid is not None:
+            limit = threshold.parse_max_invalid(job.max_invalid)
+            found = threshold.validation(limit, counters.invalid, counters.rows_read)
+            await store.save_validation(job.id, found, owner=job.lease_owner)
+            if found["exceeded"] is True:
+                reason = Reason.TOO_MANY_INVALID_ROWS
+                return await self._rejected(FileRejectedError(reason, str(found)))
+        document = builder.document(new_fields)
+        await store.rest_ready(job.id, document, self._config.preview_ttl_s, owner=job.lease_owner)
+        log.info("preview_ready", job_id=str(job.id), **asdict(counters))
+        return Finalized(JobStatus.READY, counters)
+
+    async def _rejected(self, failure: FileRejectedError) -> Finalized | None:
+        log.warning(
+            "import_rejected",
+            job_id=str(self.job.id),
+            reason=failure.reason.value,
+            detail=failure.detail,
+        )
+        return await self._store.finalize(
+            self.job.id, failure.reason.value, owner=self.job.lease_owner
+        )
 
     async def _supervise(
         self, done: frozenset[tuple[int, int, int]], checkpoint: Checkpoint | None
@@ -215,14 +272,16 @@ class ImportRun:
         """
         parser = BlockParser(self.job, self._source.name, self._config, checkpoint)
         try:
-            await self._parse_source(parser, done)
+            if self._validating:
+                await self._validate_then_submit(parser, done)
+            else:
+                await self._parse_source(parser, done)
         finally:
             parser.close()
 
-    async def _parse_source(
-        self, parser: BlockParser, done: frozenset[tuple[int, int, int]]
-    ) -> None:
-        started = False
+    async def _steps(self, parser: BlockParser) -> AsyncGenerator[list[Batch], None]:
+        """The file's batches, one parsing step (in a thread) at a time; the last step is the
+        file's end (``state.read_all``). Ends early once ``stop`` is set."""
         limit = self._config.limits.max_file_bytes
         async for block in self._source.blocks(self._config.read_block_bytes):
             self.state.bytes_read += len(block)
@@ -230,23 +289,83 @@ class ImportRun:
             _check_size(self.state.bytes_read, limit)
             parser.push(block)
             while (batches := await self._parse(parser.pull)) is not None:
-                started = await self._ensure_started(parser.chunker, started)
-                await self._warn(parser)
-                await self._submit(batches, done)
+                yield batches
             if self.stop.is_set():
                 return
         while (batches := await self._parse(parser.pull_rows)) is not None:  # a workbook's rows
-            started = await self._ensure_started(parser.chunker, started)
-            await self._submit(batches, done)
+            yield batches
             if self.stop.is_set():
                 return
-        batches = await asyncio.to_thread(parser.finish)
-        started = await self._ensure_started(parser.chunker, started)
-        await self._warn(parser)
-        await self._submit(batches, done)
+        final = await asyncio.to_thread(parser.finish)
+        self.state.read_all = True
         self.state.chunks = parser.chunker.chunks
-        if not self.stop.is_set():  # every batch is queued: the phase `finalizing`
+        yield final
+
+    async def _parse_source(
+        self, parser: BlockParser, done: frozenset[tuple[int, int, int]]
+    ) -> None:
+        started = False
+        async with contextlib.aclosing(self._steps(parser)) as steps:
+            async for batches in steps:
+                started = await self._ensure_started(parser.chunker, started)
+                await self._warn(parser)
+                await self._submit(batches, done)
+        await self._read_to_end()
+
+    async def _read_to_end(self) -> None:
+        if self.state.read_all and not self.stop.is_set():  # all queued: the phase `finalizing`
             await self._store.mark_read_to_end(self.job.id, owner=self.job.lease_owner)
+
+    async def _validate_then_submit(
+        self, parser: BlockParser, done: frozenset[tuple[int, int, int]]
+    ) -> None:
+        """Validate the whole file before any contact is written (``max_invalid``).
+
+        Each block is parsed once: the batches wait in a spool (a temporary file), and are
+        submitted from there once the invalid rows are known to be within the threshold; past
+        it, their issues are reported and the run fails ``too_many_invalid_rows``.
+        """
+        assert self.job.max_invalid is not None
+        limit = threshold.parse_max_invalid(self.job.max_invalid)
+        spool = BatchSpool(self.job.id, self._config.limits, compiled=self._config.compiled)
+        try:
+            invalid = rows = 0
+            async with contextlib.aclosing(self._steps(parser)) as steps:
+                async for batches in steps:
+                    await self._warn(parser)
+                    await asyncio.to_thread(spool.write, batches)
+                    invalid += sum(batch.invalid for batch in batches)
+                    rows += sum(batch.rows_read for batch in batches)
+            if not self.state.read_all:  # stopped: a later run validates again
+                return
+            await self._check_threshold(spool, limit, invalid, rows)
+            await self._ensure_started(parser.chunker, False)
+            spool.rewind()
+            while batches := await asyncio.to_thread(spool.read, _SPOOL_STEP):
+                await self._submit(batches, done)
+                if self.stop.is_set():
+                    return
+            await self._read_to_end()
+        finally:
+            spool.close()
+
+    async def _check_threshold(
+        self, spool: BatchSpool, limit: threshold.MaxInvalid, invalid: int, rows: int
+    ) -> None:
+        """Record the validation; past the threshold, report every issue and fail the run."""
+        found = threshold.validation(limit, invalid, rows)
+        await self._store.save_validation(self.job.id, found, owner=self.job.lease_owner)
+        log.info("import_validated", job_id=str(self.job.id), **found)
+        if found["exceeded"] is not True:
+            return
+        spool.rewind()
+        while batches := await asyncio.to_thread(spool.read, _SPOOL_STEP):
+            issues = [issue for batch in batches for issue in batch.issues]
+            await self._store.add_row_issues(self.job.id, issues)
+        raise FileRejectedError(
+            Reason.TOO_MANY_INVALID_ROWS,
+            f"{invalid} invalid rows of {rows}: more than max_invalid {limit}",
+        )
 
     async def _parse(self, step: Callable[[], list[Batch] | None]) -> list[Batch] | None:
         """The next step's batches, parsed in a thread once the throttle gives the turn."""
@@ -322,6 +441,17 @@ class ImportRun:
                 counters = await self._applier.apply(batch)
             self.state.counters.add(counters)
             self._progress.on_batch(self.state.counters, self.state.bytes_read)
+
+
+def validates_first(job: Job, done: frozenset[tuple[int, int, int]]) -> bool:
+    """Whether a run validates the whole file before it applies a batch: the job has an error
+    threshold, no batch is applied, and neither its preview nor an earlier run validated it."""
+    return (
+        job.max_invalid is not None
+        and not done
+        and job.preview is None
+        and (job.validation is None)
+    )
 
 
 def _drop_queued(queues: Iterable[asyncio.Queue[Batch | None]]) -> int:

@@ -170,6 +170,21 @@ UPDATE import_job
 SET in_process = true,
     lease_expires_at = CASE WHEN status IN ('normalizing', 'ready', 'importing') THEN now() END
 WHERE lease_expires_at = 'infinity';
+-- Preview, then apply (issue 14): a create with `preview` runs the file against the client's
+-- contacts without writing one and rests in `ready` with its document (preview), waiting for an
+-- apply (awaiting_apply: no worker claims it) until preview_expires_at, then `cancelled`.
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS preview jsonb;  -- a preview's document
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS preview_requested boolean NOT NULL DEFAULT false;
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS awaiting_apply boolean NOT NULL DEFAULT false;
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS preview_expires_at timestamptz;
+CREATE INDEX IF NOT EXISTS import_job_preview_expiry_idx ON import_job (preview_expires_at)
+    WHERE awaiting_apply;
+-- The error threshold: `max_invalid` ("100" or "2%"); the whole file is validated before any
+-- contact is written, and `validation` holds what that found ({"rows_read", "invalid",
+-- "max_invalid", "exceeded"}). A job that exceeded it ends failed (too_many_invalid_rows) with
+-- its validation's counts (finalize_job): no ledger row holds them.
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS max_invalid text;
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS validation jsonb;
 
 -- History, newest first: the keyset (created_at, id) read backwards from the cursor, per client
 -- and per client and user. (The first index, (client_id, created_at DESC, id), could not serve
@@ -358,6 +373,7 @@ waiting AS (
     WHERE j.status IN ('queued', 'normalizing', 'ready', 'importing')
       AND coalesce(j.lease_expires_at, '-infinity') <= now()
       AND NOT j.in_process  -- a command-line import runs where it was started or resumed
+      AND NOT j.awaiting_apply  -- a preview resting until its apply
 )
 SELECT id, client_id, leases,
        row_number() OVER (ORDER BY running OR nth > 1, created_at, id) AS position
@@ -407,4 +423,3 @@ CREATE UNLOGGED TABLE IF NOT EXISTS import_preview_row (
     extra           text NOT NULL
 );
 CREATE INDEX IF NOT EXISTS import_preview_row_job_idx ON import_preview_row (job_id);
-ALTER TABLE import_job ADD COLUMN IF NOT EXISTS preview jsonb;  -- a preview's document

@@ -52,8 +52,16 @@ _PLAN_TABLES = (
     ("contact_details", _DETAIL, copybin.DETAIL),
     ("contact_custom_fields", _CUSTOM, copybin.CUSTOM),
 )
-_ROW_ERROR = ("job_id", "line", "column_name", "reason", "severity", "value")
+ROW_ERROR_COLUMNS = ("job_id", "line", "column_name", "reason", "severity", "value")
 _COPY_MESSAGE = 1 << 19  # bytes per CopyData message (asyncpg's own size; the server takes < 1 GB)
+
+
+def issue_records(job_id: uuid.UUID, issues: Sequence[RowIssue]) -> list[tuple[Any, ...]]:
+    """The error report's rows of ``issues`` (:data:`ROW_ERROR_COLUMNS`)."""
+    return [
+        (job_id, i.line, i.column, i.reason.value, i.severity.value, storable_text(i.value))
+        for i in issues
+    ]
 
 
 class PostgresBatches:
@@ -375,11 +383,8 @@ class PostgresBatches:
     ) -> None:
         if not issues:
             return
-        records = [
-            (job_id, i.line, i.column, i.reason.value, i.severity.value, storable_text(i.value))
-            for i in issues
-        ]
-        await self._copy(conn, "import_row_error", _ROW_ERROR, copybin.ROW_ERROR, records)
+        records = issue_records(job_id, issues)
+        await self._copy(conn, "import_row_error", ROW_ERROR_COLUMNS, copybin.ROW_ERROR, records)
 
     async def _copy(
         self,

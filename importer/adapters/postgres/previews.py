@@ -1,4 +1,5 @@
-"""A preview's rows on PostgreSQL: staged as the file is read, planned key by key once it is.
+"""A preview's rows on PostgreSQL: staged as the file is read, planned key by key once it is;
+and what else a run writes outside its batches (the error report of a validation first).
 
 The valid rows go to the unlogged ``import_preview_row`` (one binary COPY per batch, nothing
 written to the contact tables); :meth:`PostgresPreviews.plan` then reads them back by key,
@@ -10,15 +11,30 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterable, Sequence
-from typing import cast
+from typing import Any, cast
 
 import asyncpg
 import orjson
 
 from importer.adapters.postgres import copybin
-from importer.adapters.postgres.batches import copy_messages, stored_contacts
+from importer.adapters.postgres.batches import (
+    ROW_ERROR_COLUMNS,
+    copy_messages,
+    issue_records,
+    stored_contacts,
+)
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
-from importer.core.models import Channel, ConflictStrategy, ContactRow, Detail
+from importer.core import lifecycle
+from importer.core.errors import IllegalTransitionError, LeaseLostError
+from importer.core.models import (
+    Channel,
+    ConflictStrategy,
+    ContactRow,
+    Detail,
+    Job,
+    JobStatus,
+    RowIssue,
+)
 from importer.core.preview import PreviewBuilder
 from importer.sql import queries
 
@@ -52,27 +68,32 @@ def _row(record: asyncpg.Record) -> ContactRow:
 
 
 class PostgresPreviews:
-    """Stage a preview's rows, plan them, and clear them."""
+    """What a run writes outside its batches: a preview's staged rows, its plan and its rest in
+    ``ready``; the error report of a run that validates the whole file first; the validation's
+    counts. (A base of :class:`importer.adapters.postgres.store.PostgresStore`.)"""
 
     def __init__(self, pool: asyncpg.Pool, *, compiled: bool = True) -> None:
         self._pool = pool
-        self._encode = copybin.encoder(compiled)
+        self._encode_rows = copybin.encoder(compiled)
         self._q = queries()
 
-    async def stage(self, job_id: uuid.UUID, rows: Sequence[ContactRow]) -> None:
+    async def stage_preview(self, job_id: uuid.UUID, rows: Sequence[ContactRow]) -> None:
         """Keep a batch's valid rows for :meth:`plan`."""
         if not rows:
             return
         records = [(job_id, r.cpf_cnpj, r.line, r.name, r.street_address, _extra(r)) for r in rows]
-        payload = self._encode(_STAGED_KINDS, records)
+        await self._copy_in("import_preview_row", _STAGED, _STAGED_KINDS, records)
+
+    async def plan_preview(
+        self, job: Job, fields: Sequence[str]
+    ) -> tuple[PreviewBuilder, list[str]]:
+        """The job's staged rows planned against the client's contacts (see :meth:`plan`), and
+        the custom fields of ``fields`` the client does not have (the import would create)."""
+        builder = await self.plan(job.id, job.client_id, job.strategy, fields)
         with translated_errors():
-            async with pooled(self._pool) as conn:
-                await conn.copy_to_table(
-                    "import_preview_row",
-                    source=cast("AsyncIterable[bytes]", copy_messages(memoryview(payload))),
-                    columns=_STAGED,
-                    format="binary",
-                )
+            rows = await self._pool.fetch(self._q["custom_field_ids"], job.client_id, list(fields))
+        known = {r["key"] for r in rows}
+        return builder, [name for name in fields if name.lower() not in known]
 
     async def plan(
         self, job_id: uuid.UUID, client_id: int, strategy: ConflictStrategy, fields: Sequence[str]
@@ -97,15 +118,65 @@ class PostgresPreviews:
                 await self._plan_group(conn, builder, client_id, pending, names)
         return builder
 
-    async def clear(self, job_id: uuid.UUID) -> None:
+    async def clear_preview(self, job_id: uuid.UUID) -> None:
         with translated_errors():
             await self._pool.execute(self._q["clear_preview_rows"], job_id)
 
-    async def save(self, job_id: uuid.UUID, document: dict[str, object]) -> None:
+    async def rest_ready(
+        self,
+        job_id: uuid.UUID,
+        document: dict[str, object],
+        ttl_s: float,
+        *,
+        owner: str | None = None,
+    ) -> None:
         with translated_errors():
-            await self._pool.execute(
-                self._q["save_preview"], job_id, orjson.dumps(document).decode()
+            rested = await self._pool.fetchval(
+                self._q["rest_ready"],
+                job_id,
+                orjson.dumps(document).decode(),
+                float(ttl_s),
+                lifecycle.allowed_sources(JobStatus.READY),
+                owner,
             )
+        if rested is None:
+            raise IllegalTransitionError(f"import {job_id} cannot rest in ready")
+
+    async def add_row_issues(self, job_id: uuid.UUID, issues: Sequence[RowIssue]) -> None:
+        if issues:
+            records = issue_records(job_id, issues)
+            await self._copy_in("import_row_error", ROW_ERROR_COLUMNS, copybin.ROW_ERROR, records)
+
+    async def clear_row_issues(self, job_id: uuid.UUID) -> None:
+        with translated_errors():
+            await self._pool.execute(self._q["clear_row_errors"], job_id)
+
+    async def save_validation(
+        self, job_id: uuid.UUID, validation: dict[str, object], *, owner: str | None = None
+    ) -> None:
+        with translated_errors():
+            saved = await self._pool.fetchval(
+                self._q["save_validation"], job_id, orjson.dumps(validation).decode(), owner
+            )
+        if saved is None:
+            raise LeaseLostError(f"import {job_id} is not leased to {owner}")
+
+    async def _copy_in(
+        self,
+        table: str,
+        columns: Sequence[str],
+        kinds: Sequence[copybin.Kind],
+        records: Sequence[tuple[Any, ...]],
+    ) -> None:
+        payload = self._encode_rows(kinds, records)
+        with translated_errors():
+            async with pooled(self._pool) as conn:
+                await conn.copy_to_table(
+                    table,
+                    source=cast("AsyncIterable[bytes]", copy_messages(memoryview(payload))),
+                    columns=columns,
+                    format="binary",
+                )
 
     async def _field_names(
         self, conn: Conn, client_id: int, fields: Sequence[str]

@@ -86,6 +86,8 @@ def job_values(new_job: NewJob, status: JobStatus) -> tuple[object, ...]:
         new_job.lease_owner,
         float(new_job.lease_s),
         new_job.local_path,
+        new_job.preview,
+        new_job.max_invalid,
     )
 
 
@@ -124,6 +126,11 @@ def view_from_row(row: asyncpg.Record) -> JobView:
         recent_rows=row["recent_rows"] or 0,
         recent_bytes=row["recent_bytes"] or 0,
         queue_position=row["queue_position"],
+        preview=json_of(row["preview"]),
+        awaiting_apply=row["awaiting_apply"],
+        preview_expires_at=row["preview_expires_at"],
+        max_invalid=row["max_invalid"],
+        validation=json_of(row["validation"]),
     )
 
 
@@ -150,4 +157,9 @@ def job_from_row(row: asyncpg.Record) -> Job:
         journey_id=row["journey_id"],
         warnings=warnings_of(row["warnings"]),
         local_path=row["local_path"],
+        preview_requested=row["preview_requested"],
+        awaiting_apply=row["awaiting_apply"],
+        preview=json_of(row["preview"]),
+        max_invalid=row["max_invalid"],
+        validation=json_of(row["validation"]),
     )

@@ -26,6 +26,7 @@ WITH moved AS (
     UPDATE import_job
     SET status = 'queued',
         run_generation = run_generation + CASE WHEN status = ANY($5::text[]) THEN 1 ELSE 0 END,
+        validation = CASE WHEN status = ANY($5::text[]) THEN NULL ELSE validation END,
         fail_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
         cancel_requested_at = NULL, in_process = false,
         started_at = NULL, finished_at = NULL, data_removed_at = NULL,
@@ -52,6 +53,7 @@ WITH moved AS (
     UPDATE import_job
     SET status = CASE WHEN status = ANY($2::text[]) THEN 'queued' ELSE status END,
         run_generation = run_generation + CASE WHEN status = ANY($2::text[]) THEN 1 ELSE 0 END,
+        validation = CASE WHEN status = ANY($2::text[]) THEN NULL ELSE validation END,
         started_at = CASE WHEN status = ANY($2::text[]) THEN NULL ELSE started_at END,
         fail_reason = NULL, cancel_requested_at = NULL, finished_at = NULL,
         data_removed_at = NULL,

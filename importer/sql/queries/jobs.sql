@@ -5,17 +5,18 @@
 -- name: insert_job
 -- An in-process job ($24, the CLI's) is never claimed by a worker; it is created under the lease
 -- of its process ($25 owner, $26 seconds), renewed by that process's heartbeat. $27: the local
--- file's absolute path.
+-- file's absolute path. $28: a preview first; $29: the error threshold.
 INSERT INTO import_job (
     id, client_id, user_id, status, source, input_format, layout, conflict_strategy,
     chunk_size, partitions, has_internationalization, bytes_total, journey_id,
     auto_start_journey_mailing, source_size, source_sha256, filename, has_sensitive_data,
     has_underage_data, data_processing_purpose, lgpd_processing_hypothesis, tags, kind,
-    in_process, lease_owner, lease_expires_at, local_path
+    in_process, lease_owner, lease_expires_at, local_path, preview_requested, max_invalid
 )
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
         $20, $21, $22, $23, $24, $25,
-        CASE WHEN $25::text IS NOT NULL THEN now() + make_interval(secs => $26) END, $27);
+        CASE WHEN $25::text IS NOT NULL THEN now() + make_interval(secs => $26) END, $27,
+        $28, $29);
 
 -- name: transition_job
 -- The one guarded place where a job changes status; with an owner ($4), only while that worker
@@ -111,11 +112,20 @@ SET LOCAL synchronous_commit = on;
 -- the same statement. The notification and stats-refresh ids carry the run from the second on
 -- (`notification:<job>:2`): one message per finalization, the UNIQUE message_id refusing any
 -- second. Firing ids need none: an intent is released once ever (released_at).
+-- A job whose validation exceeded its error threshold applied no batch: its counts are the
+-- validation's (every row read, the invalid ones invalid, the valid ones ignored: unwritten).
 WITH totals AS (
     SELECT coalesce(sum(rows_read), 0) AS rows_read, coalesce(sum(inserted), 0) AS inserted,
            coalesce(sum(updated), 0) AS updated, coalesce(sum(invalid), 0) AS invalid,
            coalesce(sum(error), 0) AS error, coalesce(sum(ignored), 0) AS ignored
-    FROM import_chunk WHERE job_id = $1
+    FROM (
+        SELECT rows_read, inserted, updated, invalid, error, ignored
+        FROM import_chunk WHERE job_id = $1
+        UNION ALL
+        SELECT (validation->>'rows_read')::bigint, 0, 0, (validation->>'invalid')::bigint, 0,
+               (validation->>'rows_read')::bigint - (validation->>'invalid')::bigint
+        FROM import_job WHERE id = $1 AND (validation->>'exceeded')::boolean
+    ) counted
 ),
 job AS (
     UPDATE import_job j
