@@ -235,6 +235,15 @@ class JobQueue(Store, Protocol):
         (``importer job resume``); raises the refusal (``lifecycle.requeue_refusal``)."""
         ...
 
+    async def apply_preview(self, job_id: uuid.UUID, operation_id: str | None = None) -> None:
+        """Hand a preview resting in ``ready`` to its next run; an expired one is cancelled and
+        refused (PreviewExpiredError), anything else refused as ``lifecycle.apply_action``."""
+        ...
+
+    async def expire_previews(self) -> int:
+        """Cancel the previews that waited past their time to live; how many."""
+        ...
+
     async def wait_for_jobs(self, timeout_s: float) -> None:
         """Return when a job was queued, or after ``timeout_s``."""
         ...

@@ -39,6 +39,7 @@ DEFAULT_BUCKET = "importer"
 
 # A worker's (or the CLI's) lease on a job: renewed every third of it; a dead worker's job is
 # reclaimed after it, a dead CLI import is abandoned (resumable).
+DEFAULT_PREVIEW_TTL_SECONDS = 24 * 3600.0
 DEFAULT_LEASE_SECONDS = 30.0
 
 
@@ -102,6 +103,8 @@ class Settings:
     compiled: bool = True
     max_imports_per_client: int = DEFAULT_MAX_IMPORTS_PER_CLIENT
     worker_poll_seconds: float = DEFAULT_WORKER_POLL_SECONDS
+    # A preview waits this long for its apply, then expires `cancelled` (IMPORTER_PREVIEW_TTL_S).
+    preview_ttl_seconds: float = DEFAULT_PREVIEW_TTL_SECONDS
     # HTTP API (`importer serve`).
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     workers_per_process: int = 1
@@ -154,6 +157,9 @@ class Settings:
             jwt_issuer=environ.get("JWT_ISSUER") or None,
             lease_seconds=_seconds(environ, "IMPORTER_LEASE_SECONDS", DEFAULT_LEASE_SECONDS),
             lock_timeout_ms=_int(environ, "IMPORTER_LOCK_TIMEOUT_MS", DEFAULT_LOCK_TIMEOUT_MS),
+            preview_ttl_seconds=_seconds(
+                environ, "IMPORTER_PREVIEW_TTL_S", DEFAULT_PREVIEW_TTL_SECONDS
+            ),
             max_imports_per_client=_int(
                 environ, "IMPORTER_MAX_IMPORTS_PER_CLIENT", DEFAULT_MAX_IMPORTS_PER_CLIENT
             ),

@@ -45,6 +45,7 @@ from importer.services.local import (
     ImportOutcome,
     ImportRequest,
     S3Location,
+    apply_job,
     import_source,
     parse_s3_url,
     resume_job,
@@ -220,15 +221,18 @@ async def run_resume(
     progress: Progress | None,
     errors_out: Path | None,
     interrupt: Interrupt,
+    *,
+    apply: bool = False,
 ) -> ImportOutcome:
-    """``importer job resume``: run a cancelled, failed or abandoned job on in this process."""
+    """``importer job resume``: run a cancelled, failed or abandoned job on in this process;
+    with ``apply``, ``importer job apply``: import a preview resting in ``ready``."""
     pool = await connect_pool(
         settings.database_url, settings.concurrency + 3, lock_timeout_ms=settings.lock_timeout_ms
     )
     try:
         store = PostgresJobQueue(pool, compiled=settings.compiled)
         async with interrupt_on_signals(interrupt) as stop:
-            outcome = await resume_job(
+            outcome = await (apply_job if apply else resume_job)(
                 store,
                 lambda job: resume_store(settings, job),
                 job_id,

@@ -58,6 +58,8 @@ def _request(args: argparse.Namespace) -> ImportRequest:
         layout_document=layout_document,
         user_id=args.user_id,
         international=args.international,
+        preview=args.dry_run,
+        max_invalid=args.max_invalid,
     )
 
 
@@ -94,12 +96,16 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _resume(settings: Settings, args: argparse.Namespace) -> int:
-    """``importer job resume JOB``: like ``import``; a refusal is one line on stderr, exit 1."""
+    """``importer job resume JOB`` and ``importer job apply JOB``: like ``import``; a refusal
+    is one line on stderr, exit 1."""
     _tune_gc()
     interrupt = wiring.Interrupt()
+    apply = args.job_command == "apply"
 
     def run(progress: TerminalProgress | None) -> Coroutine[None, None, ImportOutcome]:
-        return wiring.run_resume(settings, args.job_id, progress, args.errors_out, interrupt)
+        return wiring.run_resume(
+            settings, args.job_id, progress, args.errors_out, interrupt, apply=apply
+        )
 
     try:
         outcome = _with_bar(args.json, run)
@@ -128,7 +134,13 @@ def _report(outcome: ImportOutcome, interrupt: wiring.Interrupt, json_out: bool)
         sys.stdout.write(orjson.dumps(outcome_document(outcome)).decode() + "\n")
     else:
         Console().print(summary_table(outcome))
-    if outcome.status is JobStatus.CANCELLED or outcome.status not in TERMINAL_STATUSES:
+    if outcome.status is JobStatus.READY and outcome.preview is not None:
+        print(
+            f"importer: import {outcome.job_id} previewed: apply it with"
+            f" `importer job apply {outcome.job_id}`",
+            file=sys.stderr,
+        )
+    elif outcome.status is JobStatus.CANCELLED or outcome.status not in TERMINAL_STATUSES:
         print(
             f"importer: import {outcome.job_id} {outcome.status.value}: resume it with"
             f" `importer job resume {outcome.job_id}`",
@@ -240,7 +252,7 @@ def _migrate(settings: Settings, _args: argparse.Namespace) -> int:
 
 def _job(settings: Settings, args: argparse.Namespace) -> int:
     """``importer job resume`` runs the import here; the other job commands are the owner's."""
-    if args.job_command == "resume":
+    if args.job_command in ("resume", "apply"):
         return _resume(settings, args)
     return _admin(settings, args)
 

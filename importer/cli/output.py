@@ -98,6 +98,12 @@ def outcome_document(outcome: ImportOutcome) -> dict[str, object]:
         document["warnings"] = [
             {"code": w.code.value, "message": w.message} for w in outcome.warnings
         ]
+    if outcome.validation is not None:
+        document["validation"] = outcome.validation
+    if outcome.preview is not None:
+        document["preview"] = outcome.preview
+    if outcome.counters_differ is not None:
+        document["counters_differ_from_preview"] = outcome.counters_differ
     return document
 
 
@@ -107,6 +113,11 @@ def summary_table(outcome: ImportOutcome) -> Table:
         if key == "warnings":
             for warning in outcome.warnings:
                 table.add_row(f"warning: {warning.code.value}", warning.message, style="yellow")
+            continue
+        if isinstance(value, Mapping):  # the preview (without its sample) and the validation
+            shown = {k: v for k, v in value.items() if k not in ("sample", "version")}
+            for name, text in flat_fields(shown, f"{key}."):
+                table.add_row(name, text)
             continue
         table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
     return table

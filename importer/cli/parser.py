@@ -12,6 +12,7 @@ from importer.core.config import MAX_CHUNK_SIZE
 from importer.core.errors import ConfigurationError
 from importer.core.models import ConflictStrategy, InputFormat, JobStatus
 from importer.core.principals import Permission
+from importer.core.threshold import parse_max_invalid
 from importer.http.auth import DEFAULT_TTL_S, MAX_CLIENT_ID
 from importer.services import admin
 from importer.services.local import S3_SCHEME, S3Location, parse_s3_url
@@ -71,6 +72,13 @@ s3:// sources), IMPORTER_LOG_LEVEL (default warning), IMPORTER_LOG_FORMAT (conso
 exit status: 0 the job completed, 1 it failed, 2 a usage or configuration error (a service
 that does not answer included).
 """
+
+
+def _max_invalid(raw: str) -> str:
+    try:
+        return str(parse_max_invalid(raw))
+    except (ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _strategy(raw: str) -> ConflictStrategy:
@@ -167,6 +175,20 @@ def _add_import_parser(
         "--international",
         action="store_true",
         help="phones carry their +country code (default: Brazilian numbers, region BR)",
+    )
+    imp.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="preview: read, validate and plan the whole file against the client's contacts, "
+        "write none, and leave the import ready with what it would do (apply it with "
+        "`importer job apply JOB`)",
+    )
+    imp.add_argument(
+        "--max-invalid",
+        type=_max_invalid,
+        metavar="N|P%",
+        help="fail (too_many_invalid_rows) before writing any contact when more rows than this "
+        "count or percentage are invalid; the whole file is validated first (default: no limit)",
     )
     imp.add_argument(
         "--json",
@@ -288,6 +310,14 @@ def _add_admin_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
     resume.add_argument("job_id", type=_job_id, metavar="JOB", help="the import's id")
     resume.add_argument("--errors-out", type=Path, help="write the error report (CSV) here")
     resume.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    apply = job_commands.add_parser(
+        "apply",
+        help="import a preview (`importer import --dry-run`, or `preview` on the API) resting in "
+        "ready, in this process, planned again against the contacts as they are now",
+    )
+    apply.add_argument("job_id", type=_job_id, metavar="JOB", help="the import's id")
+    apply.add_argument("--errors-out", type=Path, help="write the error report (CSV) here")
+    apply.add_argument("--json", action="store_true", help="one JSON object on stdout")
     remove = job_commands.add_parser(
         "remove-data",
         help="soft-delete the contacts an ended import created and clear its ledger (idempotent)",

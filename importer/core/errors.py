@@ -111,6 +111,18 @@ class ImportAlreadyAppliedError(ConflictError):
     code = "import_already_applied"
 
 
+class PreviewExpiredError(ConflictError):
+    """The preview waited longer than its time to live: it is cancelled, not applied."""
+
+    code = "preview_expired"
+
+
+class NotAPreviewError(ConflictError):
+    """Only a preview resting in ``ready`` can be applied."""
+
+    code = "not_a_preview"
+
+
 class JobNotReadyError(ConflictError):
     """The import's file has not been uploaded yet."""
 

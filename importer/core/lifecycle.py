@@ -12,6 +12,7 @@ from importer.core.errors import (
     ImportAlreadyAppliedError,
     ImporterError,
     JobNotReadyError,
+    NotAPreviewError,
 )
 from importer.core.models import (
     TERMINAL_STATUSES,
@@ -111,7 +112,12 @@ def requeue_sources(data_removed: bool) -> list[str]:
 
 
 def requeue_refusal(
-    current: JobStatus, *, data_removed: bool, lease_live: bool, in_process: bool = False
+    current: JobStatus,
+    *,
+    data_removed: bool,
+    lease_live: bool,
+    in_process: bool = False,
+    awaiting_apply: bool = False,
 ) -> ImporterError | None:
     """Why the owner cannot requeue (for the workers) or resume (``importer job resume``, in
     its own process) a job in ``current``, or None; ``lease_live``: a lease on it has not
@@ -121,8 +127,14 @@ def requeue_refusal(
     has passed the one-time gate), and an abandoned one, whose lease expired (its process
     died): running, or a command-line job still queued (it died waiting for its client's
     turn). A live lease means a process still runs it; a job still on its way has not run yet
-    (a worker's queued job is the workers' to claim): nothing to take over.
+    (a worker's queued job is the workers' to claim): nothing to take over. A preview resting
+    until its apply is not abandoned: it is applied (or cancelled), not requeued.
     """
+    if awaiting_apply:
+        return IllegalTransitionError(
+            "the import is a preview waiting for its apply: apply it (POST /apply, "
+            "`importer job apply`) or cancel it"
+        )
     if current in RUNNING_STATUSES or (in_process and current is JobStatus.QUEUED):
         if lease_live:
             return IllegalTransitionError(
@@ -163,9 +175,35 @@ def cancel_action(current: JobStatus, claimed: bool) -> CancelAction:
     """What cancelling a job in ``current`` does; ``claimed``: a lease was ever taken on it."""
     if current in TERMINAL_STATUSES:
         return CancelAction.NOTHING
-    if current in WAITING_STATUSES and not claimed:
+    if (current in WAITING_STATUSES or current is JobStatus.READY) and not claimed:
         return CancelAction.NOW
     return CancelAction.REQUEST
+
+
+def cancel_claimed(*, leased: bool, in_process: bool, awaiting_apply: bool) -> bool:
+    """Whether a cancel must be left to a run (``cancel_action``'s ``claimed``): a lease was
+    taken on the job or its process runs it, unless it is a preview resting until its apply
+    (no run holds it: it is cancelled at once)."""
+    return (leased or in_process) and not awaiting_apply
+
+
+class ApplyAction(enum.Enum):
+    APPLY = "apply"  # hand the preview to its next run
+    EXPIRE = "expire"  # waited past its time to live: finalize ``cancelled``
+
+
+def apply_action(
+    current: JobStatus, *, preview_requested: bool, awaiting_apply: bool, expired: bool
+) -> ApplyAction:
+    """What applying a job in ``current`` does; raises why it cannot be applied (a job that is
+    no preview, or one applied, running or ended already)."""
+    if awaiting_apply:
+        return ApplyAction.EXPIRE if expired else ApplyAction.APPLY
+    if not preview_requested:
+        raise NotAPreviewError("only an import created with preview can be applied")
+    if current in (JobStatus.QUEUED, JobStatus.NORMALIZING):
+        raise IllegalTransitionError(f"the preview is {current.value}, not ready yet")
+    raise ImportAlreadyAppliedError()
 
 
 def final_status(fail_reason: str | None, cancelled: bool) -> JobStatus:

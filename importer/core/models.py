@@ -240,6 +240,7 @@ class Job:
     preview: dict[str, object] | None = None
     max_invalid: str | None = None  # the error threshold ("100", "2%"): validate first
     validation: dict[str, object] | None = None  # what the validation of the whole file found
+    preview_applied: bool = False  # the preview's apply came (its run imports the file)
 
     @property
     def previews(self) -> bool:
@@ -370,6 +371,7 @@ class JobView:
     preview: dict[str, object] | None = None
     awaiting_apply: bool = False
     preview_expires_at: dt.datetime | None = None
+    preview_applied: bool = False
     max_invalid: str | None = None
     validation: dict[str, object] | None = None
 

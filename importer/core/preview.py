@@ -14,7 +14,7 @@ field, and a sample of at most :data:`SAMPLE` contacts with their values before 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from importer.core import merge
@@ -145,3 +145,9 @@ def _after(folded: merge.MergedContact, stored: merge.StoredContact | None) -> d
         if union:
             values[f"channel:{channel.name.lower()}"] = sorted(union)
     return values
+
+
+def counters_differ(document: Mapping[str, object], counters: Counters) -> bool:
+    """Whether the import of an applied preview ended with other counters than the preview
+    showed: something wrote to the client's contacts between the two (or the run failed)."""
+    return document.get("counters") != asdict(counters)

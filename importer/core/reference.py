@@ -369,7 +369,7 @@ class InMemoryStore:
 
     def apply_preview(self, job_id: uuid.UUID) -> Job:
         """A resting preview handed to its next run (the API's apply)."""
-        job = replace(self.jobs[job_id], awaiting_apply=False)
+        job = replace(self.jobs[job_id], awaiting_apply=False, preview_applied=True)
         self.jobs[job_id] = job
         return job
 

@@ -74,6 +74,14 @@ def validation(limit: MaxInvalid, invalid: int, rows_read: int) -> dict[str, obj
     }
 
 
+def exceeded_detail(found: Mapping[str, object]) -> str:
+    """A validation past its threshold, in words (the run's failure detail)."""
+    return (
+        f"{found['invalid']} invalid rows of {found['rows_read']}: more than max_invalid "
+        f"{found['max_invalid']}"
+    )
+
+
 def exceeded_counters(found: Mapping[str, object] | None) -> Counters:
     """The counters of a job whose validation exceeded its threshold (no batch was applied):
     every row read, the invalid ones invalid, the valid ones ignored (none was written).

@@ -202,7 +202,8 @@ class ImportRun:
             await store.save_validation(job.id, found, owner=job.lease_owner)
             if found["exceeded"] is True:
                 reason = Reason.TOO_MANY_INVALID_ROWS
-                return await self._rejected(FileRejectedError(reason, str(found)))
+                detail = threshold.exceeded_detail(found)
+                return await self._rejected(FileRejectedError(reason, detail))
         document = builder.document(new_fields)
         await store.rest_ready(job.id, document, self._config.preview_ttl_s, owner=job.lease_owner)
         log.info("preview_ready", job_id=str(job.id), **asdict(counters))
@@ -362,10 +363,7 @@ class ImportRun:
         while batches := await asyncio.to_thread(spool.read, _SPOOL_STEP):
             issues = [issue for batch in batches for issue in batch.issues]
             await self._store.add_row_issues(self.job.id, issues)
-        raise FileRejectedError(
-            Reason.TOO_MANY_INVALID_ROWS,
-            f"{invalid} invalid rows of {rows}: more than max_invalid {limit}",
-        )
+        raise FileRejectedError(Reason.TOO_MANY_INVALID_ROWS, threshold.exceeded_detail(found))
 
     async def _parse(self, step: Callable[[], list[Batch] | None]) -> list[Batch] | None:
         """The next step's batches, parsed in a thread once the throttle gives the turn."""

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import structlog
 
+from importer.core import preview
 from importer.core.config import PipelineConfig
 from importer.core.errors import (
     ChecksumMismatchError,
@@ -25,6 +26,7 @@ from importer.core.errors import (
 from importer.core.layout import Layout
 from importer.core.lifecycle import RunEnding
 from importer.core.models import (
+    TERMINAL_STATUSES,
     ConflictStrategy,
     Counters,
     InputFormat,
@@ -61,6 +63,8 @@ class ImportRequest:
     layout_document: dict[str, object] | None = None
     user_id: str | None = None
     international: bool = False
+    preview: bool = False  # a dry run: plan against the contacts, write none, rest in ready
+    max_invalid: str | None = None  # the error threshold, canonical (core.threshold)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +78,17 @@ class ImportOutcome:
     # How this process's run ended: cancelled (its user's signal, or a cancel request), the lease
     # lost to another process, or finished (None: a run without a lease, the tests' own).
     ending: RunEnding | None = None
+    preview: dict[str, object] | None = None  # a preview's document
+    validation: dict[str, object] | None = None  # what validating the whole file found
+    # An applied preview's import that ended with other counters than its preview showed
+    # (None: no applied preview, or not ended).
+    counters_differ: bool | None = None
 
     @property
     def succeeded(self) -> bool:
+        """Completed, or (a dry run) planned and resting in ``ready``."""
+        if self.status is JobStatus.READY:
+            return self.preview is not None
         return self.status in (JobStatus.COMPLETED, JobStatus.COMPLETED_WITH_PLACEHOLDERS)
 
 
@@ -182,6 +194,8 @@ async def import_source(
         source_size=None if sealed is None else sealed.size,
         source_sha256=None if sealed is None else sealed.sha256,
         local_path=str(local_path) if local_path is not None else None,
+        preview=request.preview,
+        max_invalid=request.max_invalid,
     )
     job = await store.create_job(new_job, JobStatus.QUEUED)
     if announce is not None:
@@ -216,6 +230,36 @@ async def resume_job(
     owner = process_owner("cli")
     job = await store.take_over_job(job_id, owner, settings.lease_seconds, f"resume:{owner}")
     log.info("import_taken_over", job_id=str(job.id), status=job.status.value)
+    return await run_here(store, job, source, config, settings, progress, stop, started)
+
+
+async def apply_job(
+    store: JobQueue,
+    objects_for: Callable[[Job], ObjectStore],
+    job_id: uuid.UUID,
+    settings: Settings,
+    progress: Progress | None = None,
+    stop: asyncio.Event | None = None,
+    *,
+    local_files: LocalFiles,
+) -> ImportOutcome:
+    """``importer job apply``: import a preview resting in ``ready`` in this process, planned
+    again against the contacts as they are now (like :func:`resume_job`, its file checked
+    first). A job that is no resting preview is refused (``lifecycle.apply_action``); an
+    expired one is cancelled and refused."""
+    started = time.perf_counter()
+    job = await store.get_job(job_id)
+    if not job.awaiting_apply:
+        await store.apply_preview(job_id)  # raises why it cannot be applied
+    source = await _resume_source(job, objects_for(job), local_files)
+    config = job_config(settings, job)
+    owner = process_owner("cli")
+    if job.awaiting_apply:
+        await store.apply_preview(job_id, f"apply:{owner}")
+    # A worker may claim an upload's preview once applied: then the take-over is refused (its
+    # lease is live) and the worker imports it.
+    job = await store.take_over_job(job_id, owner, settings.lease_seconds, f"apply:{owner}")
+    log.info("preview_applied", job_id=str(job.id))
     return await run_here(store, job, source, config, settings, progress, stop, started)
 
 
@@ -297,7 +341,16 @@ async def run_here(
         elapsed,
         warnings=job.warnings,
         ending=ending,
+        preview=job.preview,
+        validation=job.validation,
+        counters_differ=_counters_differ(job),
     )
+
+
+def _counters_differ(job: Job) -> bool | None:
+    if job.preview is None or not job.preview_applied or job.status not in TERMINAL_STATUSES:
+        return None
+    return preview.counters_differ(job.preview, job.counters)
 
 
 @contextlib.asynccontextmanager

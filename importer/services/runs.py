@@ -111,6 +111,7 @@ def pipeline_config(
         queue_depth=settings.queue_depth,
         max_batch_attempts=settings.max_batch_attempts,
         compiled=settings.compiled,
+        preview_ttl_s=settings.preview_ttl_seconds,
     )
 
 

@@ -59,6 +59,8 @@ from importer.settings import Settings
 
 log = structlog.get_logger(__name__)
 
+PREVIEW_EXPIRY_EVERY_S = 60.0
+
 
 class Worker:
     """Runs up to ``max_jobs`` imports at a time, each under a lease held by ``owner``.
@@ -93,6 +95,7 @@ class Worker:
         self._max_jobs = max_jobs
         self._burst = burst
         self._runs: dict[uuid.UUID, JobRun] = {}
+        self._next_expiry = 0.0  # monotonic time of the next sweep of expired previews
 
     async def run(self) -> None:
         """Claim and run jobs until ``stop`` is set; then let the running ones drain."""
@@ -114,6 +117,7 @@ class Worker:
 
     async def _claim(self) -> Job | None:
         try:
+            await self._expire_previews()
             job = await self._store.claim_job(
                 self.owner, self._settings.lease_seconds, self._settings.max_imports_per_client
             )
@@ -123,6 +127,14 @@ class Worker:
             log.warning("claim_failed", owner=self.owner, error=str(exc))
             return None
         return job
+
+    async def _expire_previews(self) -> None:
+        """At most once a minute: cancel the previews nobody applied in time."""
+        now = time.monotonic()
+        if now < self._next_expiry:
+            return
+        self._next_expiry = now + PREVIEW_EXPIRY_EVERY_S
+        await self._store.expire_previews()
 
     async def _wait(self, jobs: set[asyncio.Task[None]]) -> None:
         """Until ``stop``, a job's end or, with a free slot, a queued job or the poll interval."""

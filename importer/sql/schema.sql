@@ -177,6 +177,7 @@ ALTER TABLE import_job ADD COLUMN IF NOT EXISTS preview jsonb;  -- a preview's d
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS preview_requested boolean NOT NULL DEFAULT false;
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS awaiting_apply boolean NOT NULL DEFAULT false;
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS preview_expires_at timestamptz;
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS preview_applied_at timestamptz;  -- its apply came
 CREATE INDEX IF NOT EXISTS import_job_preview_expiry_idx ON import_job (preview_expires_at)
     WHERE awaiting_apply;
 -- The error threshold: `max_invalid` ("100" or "2%"); the whole file is validated before any

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 import asyncpg
+import structlog
 
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.adapters.postgres.records import (
@@ -21,7 +22,12 @@ from importer.adapters.postgres.records import (
     warnings_of,
 )
 from importer.core import failpoints, lifecycle
-from importer.core.errors import IllegalTransitionError, JobNotFoundError, LeaseLostError
+from importer.core.errors import (
+    IllegalTransitionError,
+    JobNotFoundError,
+    LeaseLostError,
+    PreviewExpiredError,
+)
 from importer.core.models import (
     Finalized,
     Job,
@@ -33,6 +39,8 @@ from importer.core.models import (
     Severity,
 )
 from importer.sql import queries
+
+log = structlog.get_logger(__name__)
 
 
 async def insert_job(conn: Conn | asyncpg.Pool, new_job: NewJob, status: JobStatus) -> None:
@@ -58,6 +66,52 @@ async def finalize_on(
     )
 
 
+async def apply_preview(
+    pool: asyncpg.Pool, job_id: uuid.UUID, client_id: int | None, operation_id: str | None
+) -> None:
+    """Hand a resting preview to its next run (``client_id`` None: any client's job, the
+    owner's command line). An expired one is finalized ``cancelled`` and refused
+    (PreviewExpiredError); other refusals as ``lifecycle.apply_action`` says."""
+    q = queries()
+    with translated_errors():
+        async with pooled(pool) as conn, conn.transaction():
+            row = await conn.fetchrow(q["lock_preview"], job_id, client_id)
+            if row is None:
+                raise JobNotFoundError(f"import {job_id} does not exist")
+            action = lifecycle.apply_action(
+                JobStatus(row["status"]),
+                preview_requested=row["preview_requested"],
+                awaiting_apply=row["awaiting_apply"],
+                expired=row["expired"],
+            )
+            if action is lifecycle.ApplyAction.APPLY:
+                await conn.execute(q["apply_preview"], job_id, operation_id)
+                return
+            await _expire(conn, job_id)
+    raise PreviewExpiredError(f"import {job_id}: the preview expired unapplied (cancelled)")
+
+
+async def expire_previews(pool: asyncpg.Pool, limit: int = 100) -> int:
+    """Cancel the previews that waited past their time to live; how many."""
+    q = queries()
+    expired = 0
+    with translated_errors():
+        for row in await pool.fetch(q["expired_previews"], limit):
+            async with pooled(pool) as conn, conn.transaction():
+                current = await conn.fetchrow(q["lock_preview"], row["id"], None)
+                if current is not None and current["awaiting_apply"] and current["expired"]:
+                    expired += await _expire(conn, row["id"])
+    if expired:
+        log.info("previews_expired", count=expired)
+    return expired
+
+
+async def _expire(conn: Conn, job_id: uuid.UUID) -> int:
+    target = JobStatus.CANCELLED
+    sources = lifecycle.allowed_sources(target)
+    return int(await finalize_on(conn, job_id, target, None, sources, None) is not None)
+
+
 async def admin_locked(conn: Conn, client_id: int | None, job_id: uuid.UUID) -> asyncpg.Record:
     """The job's row locked for the owner's operations (lock_admin_job), for ``client_id``
     (None: any client's)."""
@@ -74,6 +128,7 @@ def refuse_requeue(current: asyncpg.Record) -> None:
         data_removed=current["data_removed"],
         lease_live=current["lease_live"],
         in_process=current["in_process"],
+        awaiting_apply=current["awaiting_apply"],
     )
     if refusal is not None:
         raise refusal

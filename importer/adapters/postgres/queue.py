@@ -11,6 +11,7 @@ import uuid
 
 import asyncpg
 
+from importer.adapters.postgres import jobs
 from importer.adapters.postgres.jobs import admin_locked, refuse_requeue
 from importer.adapters.postgres.pool import Listener, pooled, translated_errors, wait_cleared
 from importer.adapters.postgres.records import job_from_row
@@ -74,6 +75,13 @@ class PostgresJobQueue(PostgresStore):
                 )
         assert row is not None  # the locked row exists
         return job_from_row(row)
+
+    async def apply_preview(self, job_id: uuid.UUID, operation_id: str | None = None) -> None:
+        """Hand a resting preview to its next run (see :func:`.jobs.apply_preview`)."""
+        await jobs.apply_preview(self._pool, job_id, None, operation_id)
+
+    async def expire_previews(self) -> int:
+        return await jobs.expire_previews(self._pool)
 
     async def wait_for_jobs(self, timeout_s: float) -> None:
         """Return when a job was queued since the last call (or meanwhile), or after the timeout.

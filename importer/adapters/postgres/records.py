@@ -129,6 +129,7 @@ def view_from_row(row: asyncpg.Record) -> JobView:
         preview=json_of(row["preview"]),
         awaiting_apply=row["awaiting_apply"],
         preview_expires_at=row["preview_expires_at"],
+        preview_applied=row["preview_applied_at"] is not None,
         max_invalid=row["max_invalid"],
         validation=json_of(row["validation"]),
     )
@@ -162,4 +163,5 @@ def job_from_row(row: asyncpg.Record) -> Job:
         preview=json_of(row["preview"]),
         max_invalid=row["max_invalid"],
         validation=json_of(row["validation"]),
+        preview_applied=row["preview_applied_at"] is not None,
     )

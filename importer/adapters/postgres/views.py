@@ -128,7 +128,11 @@ class PostgresJobViews:
         with translated_errors():
             async with pooled(self._pool) as conn, conn.transaction():
                 current = await self._locked(conn, client_id, job_id)
-                claimed = current["lease_expires_at"] is not None or current["in_process"]
+                claimed = lifecycle.cancel_claimed(
+                    leased=current["lease_expires_at"] is not None,
+                    in_process=current["in_process"],
+                    awaiting_apply=current["awaiting_apply"],
+                )
                 action = lifecycle.cancel_action(JobStatus(current["status"]), claimed=claimed)
                 if action is lifecycle.CancelAction.NOW:
                     target = JobStatus.CANCELLED

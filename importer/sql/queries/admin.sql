@@ -7,7 +7,7 @@
 -- name: lock_admin_job
 -- FOR UPDATE: waits for anything still writing to the job, and keeps claims off it.
 SELECT client_id, status, run_generation, data_removed_at IS NOT NULL AS data_removed,
-       coalesce(lease_expires_at > now(), false) AS lease_live, in_process
+       coalesce(lease_expires_at > now(), false) AS lease_live, in_process, awaiting_apply
 FROM import_job
 WHERE id = $1 AND ($2::integer IS NULL OR client_id = $2)
 FOR UPDATE;

@@ -58,7 +58,7 @@ FROM current c LEFT JOIN moved m ON true;
 -- name: lock_client_job
 -- The API's cancel and upload confirmation decide on the locked row; a claim (FOR UPDATE SKIP
 -- LOCKED) passes over it meanwhile. NO KEY UPDATE: a running batch's KEY SHARE does not wait.
-SELECT status, lease_owner, lease_expires_at, in_process FROM import_job
+SELECT status, lease_owner, lease_expires_at, in_process, awaiting_apply FROM import_job
 WHERE id = $1 AND client_id = $2
 FOR NO KEY UPDATE;
 
@@ -135,7 +135,7 @@ job AS (
         fail_reason = $3,
         rows_read = t.rows_read, inserted = t.inserted, updated = t.updated,
         invalid = t.invalid, error = t.error, ignored = t.ignored,
-        finished_at = $4, updated_at = $4
+        awaiting_apply = false, finished_at = $4, updated_at = $4
     FROM totals t
     WHERE j.id = $1 AND j.status = ANY($5::text[]) AND ($6::text IS NULL OR j.lease_owner = $6)
     RETURNING j.*
@@ -199,3 +199,28 @@ follow_up AS (
 )
 SELECT j.status, j.rows_read, j.inserted, j.updated, j.invalid, j.error, j.ignored
 FROM job j JOIN finalized f ON f.batch_id = j.id;
+
+-- name: lock_preview
+-- An apply decides on the locked row (lifecycle.apply_action); $2: the client (NULL: the
+-- owner's command line, any client's job).
+SELECT status, preview_requested, awaiting_apply,
+       coalesce(preview_expires_at <= now(), false) AS expired
+FROM import_job
+WHERE id = $1 AND ($2::integer IS NULL OR client_id = $2)
+FOR NO KEY UPDATE;
+
+-- name: apply_preview
+-- The preview handed to its next run (a claim, or `importer job apply`): no longer awaiting its
+-- apply; the workers are woken at commit. $2: the operation id.
+UPDATE import_job
+SET awaiting_apply = false, preview_applied_at = now(),
+    last_operation_id = coalesce($2, last_operation_id), updated_at = now()
+WHERE id = $1 AND awaiting_apply
+RETURNING pg_notify('importer_jobs', id::text);
+
+-- name: expired_previews
+-- Previews that waited past their time to live, oldest first ($1 at most).
+SELECT id FROM import_job
+WHERE awaiting_apply AND preview_expires_at <= now()
+ORDER BY preview_expires_at
+LIMIT $1;
