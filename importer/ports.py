@@ -493,6 +493,13 @@ class JobStore(Protocol):
 
     async def request_cancel(self, client_id: int, job_id: uuid.UUID) -> JobView: ...
 
+    async def apply_preview(
+        self, client_id: int, job_id: uuid.UUID, operation_id: str | None
+    ) -> JobView:
+        """A preview resting in ``ready`` handed to the workers (refusals as
+        ``lifecycle.apply_action``; an expired one is cancelled: PreviewExpiredError)."""
+        ...
+
     def row_issues(self, job_id: uuid.UUID) -> AsyncIterator[RowIssue]: ...
 
 

@@ -20,6 +20,7 @@ from importer.core.errors import InvalidRequestError, LayoutError
 from importer.core.layout import parse_layout
 from importer.core.models import ConflictStrategy, InputFormat
 from importer.core.objects import key_problem
+from importer.core.threshold import parse_max_invalid
 
 # A stored file name keeps at most this many UTF-8 bytes (S3 keys stop at 1024 in all).
 MAX_FILENAME_BYTES = 200
@@ -69,6 +70,8 @@ class ImportOptions:
     tags: tuple[str, ...] = ()
     layout: dict[str, object] | None = None
     layout_id: int | None = None
+    preview: bool = False  # plan and rest in ``ready`` until an apply
+    max_invalid: str | None = None  # the error threshold, canonical (core.threshold)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,8 @@ OPTION_FIELDS = (
     "layout",
     "layout_id",
     "format",
+    "preview",
+    "max_invalid",
 )
 REQUIRED_OPTIONS = (
     "conflict_strategy",
@@ -234,6 +239,8 @@ _PARSERS: dict[str, Callable[[object], object]] = {
     "layout": parse_layout_document,
     "layout_id": lambda v: parse_int(v, 1, MAX_INT8),
     "format": parse_format,
+    "preview": parse_bool,
+    "max_invalid": lambda v: str(parse_max_invalid(v)),
 }
 
 
@@ -288,6 +295,8 @@ def _options(values: Mapping[str, object]) -> ImportOptions:
         tags=tuple(str(t) for t in tags),
         layout=layout if isinstance(layout, dict) else None,
         layout_id=_as_int(layout_id) if layout_id is not None else None,
+        preview=values.get("preview") is True,
+        max_invalid=str(values["max_invalid"]) if "max_invalid" in values else None,
     )
 
 

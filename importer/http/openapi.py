@@ -109,6 +109,32 @@ class JobBody(BaseModel):
     cancel_requested: bool
     journey_id: int | None
     tags: list[str]
+    max_invalid: str | None = Field(
+        default=None, description="the error threshold asked for: a count, or a percentage"
+    )
+    validation: dict[str, Any] | None = Field(
+        default=None,
+        description="what validating the whole file found (with max_invalid, or a preview): "
+        "rows_read, invalid, max_invalid, exceeded",
+    )
+    preview: dict[str, Any] | None = Field(
+        default=None,
+        description="a preview's document (create with `preview: true`): counters it would end "
+        "with; per target field (name, street_address, custom:<name>, channel:<name>) how many "
+        "contacts get a first value, a changed one, or keep theirs; new_custom_fields; a "
+        "sample of up to 20 contacts with before and after",
+    )
+    awaiting_apply: bool = Field(
+        default=False, description="a preview resting in `ready`: POST /apply imports it"
+    )
+    preview_expires_at: dt.datetime | None = Field(
+        default=None, description="when a preview nobody applied is cancelled"
+    )
+    counters_differ_from_preview: bool | None = Field(
+        default=None,
+        description="an applied preview's import, once ended: its counters differ from the "
+        "preview's (something wrote in between); null otherwise",
+    )
     created_at: dt.datetime
     updated_at: dt.datetime
     started_at: dt.datetime | None
@@ -165,6 +191,16 @@ class ImportOptionsBody(BaseModel):
     layout_id: int | None = Field(default=None, description="a stored layout (/v1/layouts)")
     format: Literal["csv", "jsonl", "xlsx"] | None = Field(
         default=None, description="default: from the file name"
+    )
+    preview: bool = Field(
+        default=False,
+        description="plan the whole file against the client's contacts, write none, and rest "
+        "in `ready` with the `preview` document until POST /apply (or until it expires)",
+    )
+    max_invalid: int | str | None = Field(
+        default=None,
+        description='fail (too_many_invalid_rows) before writing any contact when more rows '
+        'than this count, or percentage such as "2%", are invalid',
     )
 
 

@@ -10,12 +10,12 @@ from dataclasses import asdict, dataclass
 
 import orjson
 
-from importer.core import progress
+from importer.core import preview, progress
 from importer.core.errors import (
     InvalidRequestError,
 )
 from importer.core.lifecycle import RUNNING_STATUSES
-from importer.core.models import JobStatus, JobView
+from importer.core.models import TERMINAL_STATUSES, JobStatus, JobView
 
 
 def percent_done(view: JobView) -> float | None:
@@ -84,11 +84,24 @@ def job_document(view: JobView, now: dt.datetime) -> dict[str, object]:
         "cancel_requested": view.cancel_requested,
         "journey_id": view.journey_id,
         "tags": list(view.tags or ()),
+        "max_invalid": view.max_invalid,
+        "validation": view.validation,
+        "preview": view.preview,
+        "awaiting_apply": view.awaiting_apply,
+        "preview_expires_at": _iso(view.preview_expires_at) if view.awaiting_apply else None,
+        "counters_differ_from_preview": _counters_differ(view),
         "created_at": _iso(view.created_at),
         "updated_at": _iso(view.updated_at),
         "started_at": _iso(view.started_at),
         "finished_at": _iso(view.finished_at),
     }
+
+
+def _counters_differ(view: JobView) -> bool | None:
+    """An applied preview's import, once ended: whether its counters differ from the preview's."""
+    if view.preview is None or not view.preview_applied or view.status not in TERMINAL_STATUSES:
+        return None
+    return preview.counters_differ(view.preview, view.counters)
 
 
 def encode_cursor(created_at: dt.datetime, job_id: uuid.UUID) -> str:

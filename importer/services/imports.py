@@ -338,6 +338,12 @@ class ImportService:
         await self._view(principal, job_id)
         return await self._jobs.start_job(principal.client_id, job_id, operation_id)
 
+    async def apply(self, principal: Principal, job_id: uuid.UUID, operation_id: str) -> JobView:
+        """A preview resting in ``ready`` handed to the workers, planned again when it runs."""
+        principal.require(Permission.CONTACT_IMPORT_CREATE)
+        await self._view(principal, job_id)
+        return await self._jobs.apply_preview(principal.client_id, job_id, operation_id)
+
     async def view(self, principal: Principal, job_id: uuid.UUID) -> JobView:
         require_any(principal, READ_PERMISSIONS)
         return await self._view(principal, job_id)
@@ -465,6 +471,8 @@ class ImportService:
             lgpd_processing_hypothesis=options.lgpd_processing_hypothesis,
             tags=options.tags,
             kind=kind,
+            preview=options.preview,
+            max_invalid=options.max_invalid,
         )
 
 

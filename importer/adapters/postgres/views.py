@@ -122,6 +122,14 @@ class PostgresJobViews:
             raise lifecycle.start_refusal(current) or IllegalTransitionError(current.value)
         return await self.view_job(client_id, job_id)
 
+    async def apply_preview(
+        self, client_id: int, job_id: uuid.UUID, operation_id: str | None
+    ) -> JobView:
+        """A resting preview handed to its next run (the workers are woken); see
+        :func:`.jobs.apply_preview` for the refusals."""
+        await jobs.apply_preview(self._pool, job_id, client_id, operation_id)
+        return await self.view_job(client_id, job_id)
+
     async def request_cancel(self, client_id: int, job_id: uuid.UUID) -> JobView:
         """Cancel at once a job no worker ever claimed; flag a claimed one (its worker stops
         between chunks and finalizes it ``cancelled``); a terminal job stays as it is."""

@@ -183,6 +183,28 @@ async def start_import(
 
 
 @router.post(
+    "/v1/imports/{job_id}/apply",
+    status_code=202,
+    tags=["imports"],
+    summary="Apply a preview: import it, planned again against the contacts as they are now",
+    description=(
+        "Only an import created with `preview: true` and resting in `ready` (its `preview` "
+        "document shown) can be applied: it is queued for the workers, and once it ends its "
+        "status says whether its counters differ from the preview's "
+        "(`counters_differ_from_preview`: something wrote in between). 409 preview_expired "
+        "past its time to live (it is cancelled), not_a_preview, import_already_applied."
+    ),
+    responses={202: {"model": doc.JobBody}, **doc.error_responses(404, 409)},
+)
+async def apply_import(
+    job_id: JobId, request: Request, principal: Caller, service: Service
+) -> Response:
+    body = await json_object(request, optional=True)
+    view = await service.apply(principal, job_id, operation_id(request, body))
+    return job_response(service, view, 202)
+
+
+@router.post(
     "/v1/imports/{job_id}/uploaded",
     tags=["uploads"],
     summary="Check the uploaded file against the sealed size and sha256",
