@@ -155,7 +155,7 @@ def parse_policy(document: object) -> MergePolicy:
     for key, word in document.items():
         where = f"layout.merge.{key}"
         if not isinstance(key, str) or not isinstance(word, str):
-            raise LayoutError("a layout.merge entry must be \"field\": \"rule\"", where)
+            raise LayoutError('a layout.merge entry must be "field": "rule"', where)
         text = key.strip()
         lower = text.lower()
         if lower == _CHANNELS:

@@ -76,9 +76,7 @@ async def _check(
             model.apply(client, pre_rows, ConflictStrategy.MERGE)
             expected = model.apply(client, body_rows, strategy, policy)
             await _import(store, pre_path, client, ConflictStrategy.MERGE, 500, 1)
-            got = await _import(
-                store, body_path, client, strategy, chunk_size, concurrency, layout
-            )
+            got = await _import(store, body_path, client, strategy, chunk_size, concurrency, layout)
             where = f"chunk_size={chunk_size} concurrency={concurrency}"
             assert got.invalid == invalid, where
             assert (got.inserted, got.updated, got.ignored, got.error) == (
@@ -111,10 +109,10 @@ def test_random_files_match_the_reference_model(
 
 
 @settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    pre=st.lists(rows(key_count=3), max_size=4).map(
+    pre=st.lists(rows(key_count=3), min_size=2, max_size=4).map(
         lambda rs: [r for r in rs if r.expected is not None]
     ),
     body=st.lists(rows(key_count=3), min_size=2, max_size=16),

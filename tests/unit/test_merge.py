@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import pytest
 
 from importer.core import merge
 from importer.core.models import Channel, ConflictStrategy, ContactRow, Detail
@@ -152,3 +151,79 @@ def test_discard_keeps_the_first_row_only() -> None:
     assert folded["k"] is batch[0]
     folded = merge.fold_rows(batch, ConflictStrategy.MERGE)
     assert (folded["k"].name, folded["k"].street_address) == ("second", "addr")
+
+
+def _stored(**kwargs: object) -> merge.StoredContact:
+    values: dict[str, object] = {"id": 9, "name": "Old", "street_address": None} | kwargs
+    return merge.StoredContact(**values)  # type: ignore[arg-type]
+
+
+def test_first_non_empty_folds_the_first_value_and_replaces_once() -> None:
+    policy = parse_policy({"name": "first_non_empty", "custom:plano": "first_non_empty"})
+    rows = [
+        ContactRow(2, "k", None, None, (), (("Plano", "p1"),)),
+        ContactRow(3, "k", "Ana", None, (), (("plano", "p2"), ("cidade", "x"))),
+        ContactRow(4, "k", "Bia", None, (), (("cidade", "y"),)),
+    ]
+    folded = merge.merged(merge.fold_rows(rows, ConflictStrategy.MERGE, policy)["k"])
+    assert folded.name == "Ana"
+    assert folded.custom_fields == {"plano": ("Plano", "p1"), "cidade": ("cidade", "y")}
+    plan = merge.plan_batch({"k": folded}, ConflictStrategy.MERGE, {"k": _stored()}, policy)
+    assert plan.contact_updates == [(9, "Ana", None)]
+    assert sorted(plan.marks) == [(9, "custom:plano"), (9, "name")]
+    marked = _stored(marks=frozenset({"name"}))
+    plan = merge.plan_batch({"k": folded}, ConflictStrategy.MERGE, {"k": marked}, policy)
+    assert plan.contact_updates == []  # an earlier batch of the import had the first name
+
+
+def test_fill_empty_and_keep_existing_against_stored_and_own_contacts() -> None:
+    policy = parse_policy({"name": "keep_existing", "street_address": "fill_empty"})
+    row = ContactRow(2, "k", "New", "Rua 1")
+    folded = merge.fold_rows([row], ConflictStrategy.MERGE, policy)
+    plan = merge.plan_batch(folded, ConflictStrategy.MERGE, {"k": _stored()}, policy)
+    assert plan.contact_updates == [(9, None, "Rua 1")]
+    assert plan.marks == [(9, "street_address")]
+    filled = _stored(street_address="Rua 0")
+    plan = merge.plan_batch(folded, ConflictStrategy.MERGE, {"k": filled}, policy)
+    assert (plan.contact_updates, plan.marks) == ([], [])
+    own = _stored(street_address="Rua 0", own=True)  # created by an earlier batch of the import
+    plan = merge.plan_batch(folded, ConflictStrategy.MERGE, {"k": own}, policy)
+    assert (plan.contact_updates, plan.marks) == ([(9, "New", "Rua 1")], [])
+
+
+def test_replace_deletes_then_later_batches_add_and_revive() -> None:
+    policy = parse_policy({"channels": "replace"})
+    stored = _stored(details=frozenset({(Channel.EMAIL, "a@x.com"), (Channel.PHONE, "+1")}))
+    row = ContactRow(2, "k", None, None, (Detail(Channel.EMAIL, "b@x.com"),))
+    folded = merge.fold_rows([row], ConflictStrategy.MERGE, policy)
+    plan = merge.plan_batch(folded, ConflictStrategy.MERGE, {"k": stored}, policy)
+    assert plan.detail_deletions == [(9, Channel.EMAIL, "a@x.com")]  # the phone is untouched
+    assert plan.detail_inserts == [(9, Detail(Channel.EMAIL, "b@x.com"))]
+    assert plan.marks == [(9, "channel:3")]
+    later = _stored(
+        details=frozenset({(Channel.EMAIL, "b@x.com"), (Channel.PHONE, "+1")}),
+        marks=frozenset({"channel:3"}),
+        revivable=frozenset({(Channel.EMAIL, "a@x.com")}),
+    )
+    row = ContactRow(3, "k", None, None, (Detail(Channel.EMAIL, "a@x.com"),))
+    folded = merge.fold_rows([row], ConflictStrategy.MERGE, policy)
+    plan = merge.plan_batch(folded, ConflictStrategy.MERGE, {"k": later}, policy)
+    assert (plan.detail_deletions, plan.detail_inserts) == ([], [])
+    assert plan.detail_revivals == [(9, Channel.EMAIL, "a@x.com")]
+
+
+def test_discard_ignores_the_policy() -> None:
+    policy = parse_policy({"name": "first_non_empty", "channels": "replace"})
+    rows = [ContactRow(2, "k", None, None), ContactRow(3, "k", "Ana", None)]
+    folded = merge.fold_rows(rows, ConflictStrategy.DISCARD, policy)
+    assert folded["k"] is rows[0]
+    plan = merge.plan_batch(folded, ConflictStrategy.DISCARD, {"k": _stored()}, policy)
+    assert plan == merge.BatchPlan()
+
+
+@pytest.mark.parametrize("rule", ["keep_existing", "fill_empty", "first_non_empty"])
+def test_an_empty_value_never_erases_nor_marks(rule: str) -> None:
+    policy = parse_policy({"name": rule})
+    folded = merge.fold_rows([ContactRow(2, "k", None, None)], ConflictStrategy.MERGE, policy)
+    plan = merge.plan_batch(folded, ConflictStrategy.MERGE, {"k": _stored()}, policy)
+    assert plan == merge.BatchPlan()
