@@ -399,13 +399,10 @@ class PostgresBatches:
             await conn.execute(
                 self._q["insert_merge_marks"], job.id, list(contact_ids), list(targets)
             )
-        for name, changes in (
-            ("replace_details", plan.detail_deletions),
-            ("revive_details", plan.detail_revivals),
-        ):
-            if changes:
-                columns = map(list, zip(*sorted(changes), strict=True))
-                await conn.execute(self._q[name], job.id, *columns)
+        if plan.detail_deletions:
+            await conn.execute(self._q["replace_details"], job.id, *_columns(plan.detail_deletions))
+        if plan.detail_revivals:
+            await conn.execute(self._q["revive_details"], job.id, *_columns(plan.detail_revivals))
 
     async def _contact_ids(self, conn: Conn, count: int) -> list[int]:
         """Ids for new contacts, reserved from the sequence in blocks (gaps are harmless)."""
@@ -456,6 +453,11 @@ async def copy_messages(payload: memoryview) -> AsyncIterator[memoryview]:
     take bytes for a file's path)."""
     for start in range(0, len(payload), _COPY_MESSAGE):
         yield payload[start : start + _COPY_MESSAGE]
+
+
+def _columns(changes: Sequence[tuple[int, int, str]]) -> list[list[object]]:
+    """(contact, channel, value) changes as three parameter arrays, in one lock order."""
+    return [list(column) for column in zip(*sorted(changes), strict=True)]
 
 
 def _stored_with_provenance(r: asyncpg.Record, names: dict[int, str]) -> merge.StoredContact:

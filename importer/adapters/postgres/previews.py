@@ -19,6 +19,7 @@ from importer.adapters.postgres import copybin
 from importer.adapters.postgres.batches import copy_messages, stored_contacts
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.core.models import Channel, ConflictStrategy, ContactRow, Detail
+from importer.core.policy import DEFAULT_POLICY, MergePolicy
 from importer.core.preview import PreviewBuilder
 from importer.sql import queries
 
@@ -75,11 +76,18 @@ class PostgresPreviews:
                 )
 
     async def plan(
-        self, job_id: uuid.UUID, client_id: int, strategy: ConflictStrategy, fields: Sequence[str]
+        self,
+        job_id: uuid.UUID,
+        client_id: int,
+        strategy: ConflictStrategy,
+        fields: Sequence[str],
+        *,
+        policy: MergePolicy = DEFAULT_POLICY,
     ) -> PreviewBuilder:
         """Every staged key planned against its stored contact (``fields``: the custom fields the
-        file names, whose stored values are compared)."""
-        builder = PreviewBuilder(strategy)
+        file names, whose stored values are compared) by the layout's merge ``policy``. The
+        stored contacts are read as they are before the import: no provenance to read."""
+        builder = PreviewBuilder(strategy, policy)
         with translated_errors():
             async with pooled(self._pool) as conn, conn.transaction(readonly=True):
                 names = await self._field_names(conn, client_id, fields)
