@@ -43,9 +43,10 @@ def _formatted(key: str, style: int) -> str:
 
 
 @st.composite
-def rows(draw: st.DrawFn) -> GeneratedRow:
+def rows(draw: st.DrawFn, key_count: int = len(KEYS)) -> GeneratedRow:
+    """A row of one of the first ``key_count`` keys (few keys: many rows meet on one)."""
     key_kind = draw(st.sampled_from(["valid"] * 8 + ["bad", "missing"]))
-    index = draw(st.integers(0, len(KEYS) - 1))
+    index = draw(st.integers(0, key_count - 1))
     name = draw(st.sampled_from(["", "Ana", "Bia", "  Caio  ", 'João, "Jr"']))
     email = draw(st.sampled_from(sorted(EMAILS)))
     phone = draw(st.sampled_from(sorted(PHONES)))
@@ -84,3 +85,20 @@ def expected_rows(generated: list[GeneratedRow]) -> tuple[list[ContactRow], int]
     """Valid rows in file order and the count of invalid ones (lines: header is 1)."""
     valid = [r.with_line(i + 2) for i, r in enumerate(generated)]
     return [r for r in valid if r is not None], sum(1 for r in valid if r is None)
+
+
+_RULES = ["last_non_empty", "first_non_empty", "keep_existing", "fill_empty"]
+
+
+@st.composite
+def merge_documents(draw: st.DrawFn) -> dict[str, str]:
+    """A layout's ``merge`` object over the generated rows' fields (custom names in any case),
+    each entry present or not: every rule meets every field, and ``custom:*`` the rest."""
+    candidates = {
+        "name": st.sampled_from(_RULES),
+        draw(st.sampled_from(["custom:plano", "custom:Plano"])): st.sampled_from(_RULES),
+        "custom:CIDADE": st.sampled_from(_RULES),
+        "custom:*": st.sampled_from(_RULES),
+        "channels": st.sampled_from(["union", "replace"]),
+    }
+    return {key: draw(rule) for key, rule in candidates.items() if draw(st.booleans())}

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from importer.core.errors import FileRejectedError, LayoutError
 from importer.core.models import Attribute, Channel, Reason
+from importer.core.policy import DEFAULT_POLICY, MergePolicy, parse_policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,7 @@ class Layout:
     has_header: bool = True
     unmapped_as_custom: bool = True
     sheet: str | int | None = None  # XLSX: the sheet's name or 0-based position (None: the first)
+    merge: MergePolicy = DEFAULT_POLICY  # per-field merge rules (core.policy)
 
 
 def parse_target(word: str) -> Target | None:
@@ -112,7 +114,7 @@ def parse_target(word: str) -> Target | None:
 
 # The keys a layout document may hold: anything else is a misspelling, refused by name (a silently
 # ignored ``"delimeter"`` would run the import with defaults).
-LAYOUT_KEYS = ("columns", "delimiter", "encoding", "header", "unmapped", "sheet")
+LAYOUT_KEYS = ("columns", "delimiter", "encoding", "header", "unmapped", "sheet", "merge")
 
 
 _COLUMN_KEYS = ("column", "target")
@@ -154,6 +156,7 @@ def parse_layout(document: Mapping[str, object]) -> Layout:
         has_header,
         unmapped == "custom",
         _sheet(document.get("sheet")),
+        parse_policy(document.get("merge")),
     )
 
 

@@ -10,6 +10,9 @@ when nothing writes in between.
 :class:`PreviewBuilder` is fed the keys in ascending order, each with its rows and its stored
 contact, and keeps bounded state whatever the file's size: the counters, a tally per target
 field, and a sample of at most :data:`SAMPLE` contacts with their values before and after.
+With a layout's merge policy, a stored contact's values after are those of the import's own
+plan for the key (``merge.plan_batch``: the policy speaks of the state before the import, which
+is the state a preview reads).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 from importer.core import merge
 from importer.core.models import Channel, ConflictStrategy, ContactRow, Counters
+from importer.core.policy import DEFAULT_POLICY, MergePolicy
 
 SAMPLE = 20  # contacts shown with their values before → after
 DOCUMENT_VERSION = 1
@@ -56,6 +60,7 @@ class PreviewBuilder:
     """The preview of one import, fed key by key in ascending key order (:meth:`add`)."""
 
     strategy: ConflictStrategy
+    policy: MergePolicy = DEFAULT_POLICY
     counters: Counters = field(default_factory=Counters)
     fields: dict[str, FieldTally] = field(default_factory=dict)
     sample: list[dict[str, object]] = field(default_factory=list)
@@ -74,9 +79,11 @@ class PreviewBuilder:
             self.counters.updated += rest
         else:
             self.counters.ignored += rest
-        folded = merge.merged(merge.fold_rows(rows, self.strategy)[key])
+        folded = merge.merged(merge.fold_rows(rows, self.strategy, self.policy)[key])
         if stored is not None and self.strategy is ConflictStrategy.DISCARD:
             after = _before(stored)  # DISCARD leaves a stored contact as it is
+        elif stored is not None and not self.policy.is_default:
+            after = _planned(folded, stored, self.policy)
         else:
             after = _after(folded, stored)
         before = _before(stored) if stored is not None else {}
@@ -151,3 +158,31 @@ def counters_differ(document: Mapping[str, object], counters: Counters) -> bool:
     """Whether the import of an applied preview ended with other counters than the preview
     showed: something wrote to the client's contacts between the two (or the run failed)."""
     return document.get("counters") != asdict(counters)
+
+
+def _planned(
+    folded: merge.MergedContact, stored: merge.StoredContact, policy: MergePolicy
+) -> dict[str, object]:
+    """The values a stored contact ends with under a policy: its import plan, applied."""
+    plan = merge.plan_batch(
+        {folded.key: folded}, ConflictStrategy.MERGE, {folded.key: stored}, policy
+    )
+    values = _before(stored)
+    for _, name, address in plan.contact_updates:
+        if name is not None:
+            values["name"] = name
+        if address is not None:
+            values["street_address"] = address
+    for _, field_name, value in (*plan.custom_inserts, *plan.custom_updates):
+        values[f"custom:{field_name.lower()}"] = value
+    pairs = set(stored.details) - {(c, v) for _, c, v in plan.detail_deletions}
+    pairs |= {(d.channel, d.value) for _, d in plan.detail_inserts}
+    pairs |= {(c, v) for _, c, v in plan.detail_revivals}
+    for channel in Channel:
+        found = _values(channel, pairs)
+        key = f"channel:{channel.name.lower()}"
+        if found:
+            values[key] = found
+        else:
+            values.pop(key, None)
+    return values

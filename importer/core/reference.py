@@ -1,8 +1,9 @@
 """The reference model of the import semantics, and an in-memory Store built on it.
 
 :class:`ReferenceModel` applies valid rows one at a time in file order, straight from SPEC
-"Conflict strategies"; it is deliberately naive so it can be read as the specification. Tests
-compare the PostgreSQL result with it; the benchmark uses it to compute the final rows.
+"Conflict strategies" and the layout's merge policy (``core.policy``); it is deliberately naive
+so it can be read as the specification. Tests compare the PostgreSQL result with it; the
+benchmark uses it to compute the final rows.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from importer.core import lifecycle, threshold
+from importer.core import policy as rules
 from importer.core.errors import (
     IllegalTransitionError,
     JobNotFoundError,
@@ -39,6 +41,7 @@ from importer.core.models import (
     RowIssue,
     Severity,
 )
+from importer.core.policy import DEFAULT_POLICY, ChannelRule, MergePolicy, Rule
 from importer.core.preview import PreviewBuilder
 
 
@@ -53,25 +56,47 @@ class ContactState:
 
 
 @dataclass(slots=True)
+class ImportTrace:
+    """What one import did so far: the contacts it created and the fields it gave a value to
+    (``core.policy`` targets). The policy's rules are about the state before the import."""
+
+    created: set[tuple[int, str]] = field(default_factory=set)
+    written: set[tuple[int, str, str]] = field(default_factory=set)  # (client, key, target)
+
+
+@dataclass(slots=True)
 class ReferenceModel:
     """Contacts by (client_id, key); ``apply`` is the semantics of one import, row by row."""
 
     contacts: dict[tuple[int, str], ContactState] = field(default_factory=dict)
+    traces: dict[object, ImportTrace] = field(default_factory=dict)  # by import
 
     def apply(
-        self, client_id: int, rows: Iterable[ContactRow], strategy: ConflictStrategy
+        self,
+        client_id: int,
+        rows: Iterable[ContactRow],
+        strategy: ConflictStrategy,
+        policy: MergePolicy = DEFAULT_POLICY,
+        import_id: object = None,
     ) -> Counters:
-        """Apply valid rows in file order; return inserted/updated/ignored (rows_read = rows)."""
+        """Apply valid rows in file order; return inserted/updated/ignored (rows_read = rows).
+        Calls with the same ``import_id`` are one import (None: a new one each call)."""
+        fresh = ImportTrace()
+        trace = fresh if import_id is None else self.traces.setdefault(import_id, fresh)
+        traced = not policy.is_default  # the default's rules need no trace (nor its memory)
         counters = Counters()
         for row in rows:
             counters.rows_read += 1
             key = (client_id, row.cpf_cnpj)
             existing = self.contacts.get(key)
             if existing is None:
-                self.contacts[key] = _new_contact(row)
+                self.contacts[key] = existing = ContactState(None, None)
+                if traced:
+                    trace.created.add(key)
+                _apply_row(existing, row, policy, trace, key)
                 counters.inserted += 1
             elif strategy is ConflictStrategy.MERGE:
-                _merge_into(existing, row)
+                _apply_row(existing, row, policy, trace, key)
                 counters.updated += 1
             else:
                 counters.ignored += 1
@@ -81,21 +106,58 @@ class ReferenceModel:
         return {key: state for (client, key), state in self.contacts.items() if client == client_id}
 
 
-def _new_contact(row: ContactRow) -> ContactState:
-    state = ContactState(row.name, row.street_address)
-    _merge_into(state, replace(row, name=None, street_address=None))
-    return state
-
-
-def _merge_into(state: ContactState, row: ContactRow) -> None:
-    """MERGE one row: a non-empty value wins, an empty one never erases; channels are a union."""
-    if row.name is not None:
+def _apply_row(
+    state: ContactState,
+    row: ContactRow,
+    policy: MergePolicy,
+    trace: ImportTrace,
+    key: tuple[int, str],
+) -> None:
+    """MERGE one row by the policy (the default: a non-empty value wins, an empty one never
+    erases; channels are a union). A row's value of a custom field is its last column of it."""
+    if _lands(policy.name, row.name, state.name, trace, key, rules.NAME):
         state.name = row.name
-    if row.street_address is not None:
-        state.street_address = row.street_address
-    state.details.update((d.channel, d.value) for d in row.details)
-    for name, value in row.custom_fields:
-        state.custom_fields[name.lower()] = value
+    address, stored_address = row.street_address, state.street_address
+    if _lands(policy.street_address, address, stored_address, trace, key, rules.STREET_ADDRESS):
+        state.street_address = address
+    for lower, value in {name.lower(): value for name, value in row.custom_fields}.items():
+        rule, target = policy.custom_rule(lower), rules.custom_target(lower)
+        if _lands(rule, value, state.custom_fields.get(lower), trace, key, target):
+            state.custom_fields[lower] = value
+    for channel in sorted({d.channel for d in row.details}):
+        values = {d.value for d in row.details if d.channel == channel}
+        mark = (*key, rules.channel_target(channel))
+        replacing = policy.channels is ChannelRule.REPLACE and key not in trace.created
+        if replacing and mark not in trace.written:  # the import's first values of it
+            state.details -= {(c, v) for c, v in state.details if c == channel}
+            trace.written.add(mark)
+        state.details.update((channel, value) for value in values)
+
+
+def _lands(
+    rule: Rule,
+    value: str | None,
+    current: str | None,
+    trace: ImportTrace,
+    key: tuple[int, str],
+    target: str,
+) -> bool:
+    """Whether a row's value of a field lands (an empty value never does); the rule speaks of
+    the value the field had before the import."""
+    if value is None:
+        return False
+    given = (*key, target) in trace.written  # this import gave the field its value already
+    if rule is Rule.FIRST_NON_EMPTY:
+        lands = not given
+    elif rule is Rule.FILL_EMPTY:
+        lands = given or current is None or key in trace.created
+    elif rule is Rule.KEEP_EXISTING:
+        lands = key in trace.created
+    else:
+        lands = True
+    if lands and rule is not Rule.LAST_NON_EMPTY:
+        trace.written.add((*key, target))
+    return lands
 
 
 class InMemoryStore:
@@ -134,6 +196,7 @@ class InMemoryStore:
             new_job.user_id,
             preview_requested=new_job.preview,
             max_invalid=new_job.max_invalid,
+            layout=new_job.layout,
         )
         self.jobs[job.id] = job
         self.ledger[job.id], self.issues[job.id] = {}, []
@@ -245,7 +308,8 @@ class InMemoryStore:
             return None
         if lane and not self._in_lane(job, batch):
             return None
-        applied = self.model.apply(job.client_id, batch.rows, job.strategy)
+        policy = rules.policy_of(job.layout)
+        applied = self.model.apply(job.client_id, batch.rows, job.strategy, policy, job.id)
         counters = Counters(
             rows_read=batch.rows_read,
             inserted=applied.inserted,
@@ -327,7 +391,7 @@ class InMemoryStore:
     ) -> tuple[PreviewBuilder, list[str]]:
         wanted = {name.lower() for name in fields}
         rows = sorted(self.staged.get(job.id, ()), key=lambda r: (r.cpf_cnpj.encode(), r.line))
-        builder = PreviewBuilder(job.strategy)
+        builder = PreviewBuilder(job.strategy, rules.policy_of(job.layout))
         for key, key_rows in itertools.groupby(rows, key=lambda r: r.cpf_cnpj):
             state = self.model.contacts.get((job.client_id, key))
             builder.add(list(key_rows), None if state is None else _stored(state, wanted))

@@ -199,7 +199,7 @@ class ImportOptionsBody(BaseModel):
     )
     max_invalid: int | str | None = Field(
         default=None,
-        description='fail (too_many_invalid_rows) before writing any contact when more rows '
+        description="fail (too_many_invalid_rows) before writing any contact when more rows "
         'than this count, or percentage such as "2%", are invalid',
     )
 

@@ -247,6 +247,20 @@ CREATE TABLE IF NOT EXISTS import_lane (
     PRIMARY KEY (job_id, partition)
 );
 
+-- A layout's merge policy (core.policy): what a MERGE import with a non-default policy already
+-- did to a contact that existed before it, so its later batches decide against the pre-import
+-- state whatever the chunking. target: 'name', 'street_address', 'custom:<lower-case name>' (the
+-- import gave the field its value), 'channel:<id>' (the import replaced that channel; replaced:
+-- the details it soft-deleted, brought back when a later batch has their values). Rows only for
+-- such imports; they go with the job (and with its ledger when its data is removed).
+CREATE TABLE IF NOT EXISTS import_merge_mark (
+    job_id      uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
+    contact_id  bigint NOT NULL,
+    target      text NOT NULL,
+    replaced    bigint[] NOT NULL DEFAULT '{}',
+    PRIMARY KEY (job_id, contact_id, target)
+);
+
 -- Invalid rows and warnings, with the 1-based physical line where the record starts.
 CREATE TABLE IF NOT EXISTS import_row_error (
     job_id       uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,

@@ -1,5 +1,5 @@
 """Property: random files give the reference model's state and counters, for every chunk size
-and concurrency, on the real PostgreSQL."""
+and concurrency, on the real PostgreSQL, with any merge policy of the layout."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 from importer.adapters.postgres.pool import connect_pool
 from importer.adapters.postgres.queue import PostgresJobQueue
 from importer.adapters.storage.files import LocalFileSource
+from importer.core.layout import parse_layout
 from importer.core.models import ConflictStrategy, Counters
 from importer.core.reference import ReferenceModel
 from importer.services.local import ImportRequest, import_source
 from importer.services.runs import format_for
 from importer.settings import Settings
-from tests.strategies import GeneratedRow, csv_bytes, expected_rows, rows
+from tests.strategies import GeneratedRow, csv_bytes, expected_rows, merge_documents, rows
 from tests.support import db_state
 
 pytestmark = pytest.mark.integration
@@ -36,8 +37,17 @@ async def _import(
     strategy: ConflictStrategy,
     chunk_size: int,
     concurrency: int,
+    layout: dict[str, object] | None = None,
 ) -> Counters:
-    request = ImportRequest(client, strategy, format_for(path.name), chunk_size, concurrency)
+    request = ImportRequest(
+        client,
+        strategy,
+        format_for(path.name),
+        chunk_size,
+        concurrency,
+        layout=None if layout is None else parse_layout(layout),
+        layout_document=layout,
+    )
     outcome = await import_source(store, LocalFileSource(path), request, Settings())
     assert outcome.counters.balanced
     return outcome.counters
@@ -49,7 +59,9 @@ async def _check(
     pre: list[GeneratedRow],
     body: list[GeneratedRow],
     strategy: ConflictStrategy,
+    layout: dict[str, object] | None = None,
 ) -> None:
+    policy = parse_layout(layout or {}).merge
     pre_path, body_path = tmp / "pre.csv", tmp / "body.csv"
     pre_path.write_bytes(csv_bytes(pre))
     body_path.write_bytes(csv_bytes(body))
@@ -62,9 +74,9 @@ async def _check(
             client = next(_clients)
             model = ReferenceModel()
             model.apply(client, pre_rows, ConflictStrategy.MERGE)
-            expected = model.apply(client, body_rows, strategy)
+            expected = model.apply(client, body_rows, strategy, policy)
             await _import(store, pre_path, client, ConflictStrategy.MERGE, 500, 1)
-            got = await _import(store, body_path, client, strategy, chunk_size, concurrency)
+            got = await _import(store, body_path, client, strategy, chunk_size, concurrency, layout)
             where = f"chunk_size={chunk_size} concurrency={concurrency}"
             assert got.invalid == invalid, where
             assert (got.inserted, got.updated, got.ignored, got.error) == (
@@ -94,3 +106,26 @@ def test_random_files_match_the_reference_model(
     strategy: ConflictStrategy,
 ) -> None:
     asyncio.run(_check(db_dsn, tmp_path, pre, body, strategy))
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    pre=st.lists(rows(key_count=3), min_size=2, max_size=4).map(
+        lambda rs: [r for r in rs if r.expected is not None]
+    ),
+    body=st.lists(rows(key_count=3), min_size=2, max_size=16),
+    document=merge_documents(),
+)
+def test_random_policies_match_the_reference_model(
+    db_dsn: str,
+    tmp_path: Path,
+    pre: list[GeneratedRow],
+    body: list[GeneratedRow],
+    document: dict[str, str],
+) -> None:
+    """Few keys, many rows each, so the rules meet the import's own earlier batches (chunk
+    sizes 1 and 3) and the stored contacts; the provenance lives in the database."""
+    layout: dict[str, object] = {"merge": document}
+    asyncio.run(_check(db_dsn, tmp_path, pre, body, ConflictStrategy.MERGE, layout))

@@ -1,6 +1,6 @@
 """A batch plan's payloads: the compiled ``encode_plan`` (straight from the folds) against the
 reference ``copybin.encode_plan`` (the rows as tuples, then ``encode``) — same bytes, same
-errors — on random batches folded and planned by ``core.merge``."""
+errors — on random batches folded and planned by ``core.merge`` under random merge policies."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from importer.adapters.postgres import copybin
 from importer.core import merge
 from importer.core.models import Channel, ConflictStrategy, ContactRow, Detail
+from importer.core.policy import MergePolicy, Rule, parse_policy
 
 _copybin = pytest.importorskip("importer.adapters.postgres._copybin")
 
@@ -31,6 +32,16 @@ DETAILS = st.builds(
     st.sampled_from([None, "BR", "US"]),
 )
 CUSTOMS = st.tuples(st.sampled_from(NAMES), TEXT)
+RULES = st.sampled_from([r.value for r in Rule])
+POLICIES = st.builds(
+    lambda scalars, customs, default, channels: parse_policy(
+        {**scalars, **customs, "custom:*": default, "channels": channels}
+    ),
+    st.dictionaries(st.sampled_from(["name", "street_address"]), RULES),
+    st.dictionaries(st.sampled_from([f"custom:{n}" for n in ("Plano", "Cidade", "étapa")]), RULES),
+    RULES,
+    st.sampled_from(["union", "replace"]),
+)
 
 
 @st.composite
@@ -78,6 +89,8 @@ def stored_contacts(draw: st.DrawFn, keys: list[str]) -> dict[str, merge.StoredC
             draw(OPTIONAL),
             frozenset(draw(st.lists(st.tuples(st.sampled_from(list(Channel)), TEXT), max_size=2))),
             {n.lower(): v for n, v in draw(st.lists(CUSTOMS, max_size=2))},
+            draw(st.booleans()),
+            frozenset(draw(st.lists(st.sampled_from(["name", "custom:plano", "channel:3"])))),
         )
         for i, key in enumerate(chosen)
     }
@@ -97,6 +110,7 @@ def outcome(encode: copybin.EncodePlan, *args: object) -> object:
     client=st.sampled_from([1, 7] * 10 + [2**31]),  # 2**31: past int4
     missing=st.sampled_from([set()] * 10 + [{n.lower()} for n in NAMES]),
     id_shift=st.sampled_from([0] * 20 + [1, -1, 2**63]),  # a wrong count; an id past int8
+    policy=st.one_of(st.just(MergePolicy()), POLICIES),
 )
 def test_compiled_plan_payloads_are_the_references(
     batch: list[ContactRow],
@@ -105,10 +119,11 @@ def test_compiled_plan_payloads_are_the_references(
     client: int,
     missing: set[str],
     id_shift: int,
+    policy: MergePolicy,
 ) -> None:
-    folded = merge.fold_rows(poisoned(batch, data), strategy)
+    folded = merge.fold_rows(poisoned(batch, data), strategy, policy)
     stored = data.draw(stored_contacts(sorted(folded)))
-    plan = merge.plan_batch(folded, strategy, stored)
+    plan = merge.plan_batch(folded, strategy, stored, policy)
     field_ids = {n.lower(): i for i, n in enumerate(NAMES, start=1) if n.lower() not in missing}
     count = len(plan.new_contacts)
     if id_shift in (1, -1):

@@ -7,14 +7,15 @@ import itertools
 from collections import defaultdict
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from importer.core import merge
 from importer.core.models import Channel, ConflictStrategy, ContactRow, Counters, Detail
+from importer.core.policy import DEFAULT_POLICY, MergePolicy, parse_policy
 from importer.core.preview import SAMPLE, PreviewBuilder
 from importer.core.reference import ContactState, ReferenceModel
-from tests.strategies import expected_rows, rows
+from tests.strategies import expected_rows, merge_documents, rows
 
 
 def stored_of(key: str, state: ContactState, ids: itertools.count[int]) -> merge.StoredContact:
@@ -28,12 +29,16 @@ def stored_of(key: str, state: ContactState, ids: itertools.count[int]) -> merge
 
 
 def preview(
-    body: list[ContactRow], model: ReferenceModel, strategy: ConflictStrategy
+    body: list[ContactRow],
+    model: ReferenceModel,
+    strategy: ConflictStrategy,
+    policy: MergePolicy = DEFAULT_POLICY,
 ) -> PreviewBuilder:
     by_key: dict[str, list[ContactRow]] = defaultdict(list)
     for row in body:
         by_key[row.cpf_cnpj].append(row)
-    builder, ids, state = PreviewBuilder(strategy), itertools.count(1), model.client_state(1)
+    builder, ids = PreviewBuilder(strategy, policy), itertools.count(1)
+    state = model.client_state(1)
     for key in sorted(by_key):
         stored = stored_of(key, state[key], ids) if key in state else None
         builder.add(by_key[key], stored)
@@ -54,19 +59,23 @@ def values(state: ContactState) -> dict[str, object]:
     return out
 
 
+@settings(max_examples=300)
 @given(
     pre=st.lists(rows(), max_size=8),
     body=st.lists(rows(), max_size=30),
     strategy=st.sampled_from(ConflictStrategy),
+    document=st.one_of(st.just({}), merge_documents()),
 )
-def test_the_preview_is_what_the_reference_model_does(pre, body, strategy) -> None:
+def test_the_preview_is_what_the_reference_model_does(pre, body, strategy, document) -> None:
+    """Whatever the merge policy: the preview's sample and tallies are the import's result."""
+    policy = parse_policy(document)
     pre_rows, _ = expected_rows(pre)
     body_rows, _ = expected_rows(body)
     model = ReferenceModel()
     model.apply(1, pre_rows, ConflictStrategy.MERGE)
     before = {k: values(s) for k, s in model.client_state(1).items()}
-    builder = preview(body_rows, model, strategy)
-    expected = model.apply(1, body_rows, strategy)
+    builder = preview(body_rows, model, strategy, policy)
+    expected = model.apply(1, body_rows, strategy, policy)
     assert builder.counters == expected
     after = {k: values(s) for k, s in model.client_state(1).items()}
     named = {r.cpf_cnpj for r in body_rows}

@@ -19,7 +19,7 @@ import asyncpg
 from importer.adapters.postgres import copybin
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.adapters.postgres.records import storable_text
-from importer.core import failpoints, lifecycle, merge
+from importer.core import failpoints, lifecycle, merge, policy
 from importer.core.errors import (
     BatchAlreadyAppliedError,
     LaneNotReadyError,
@@ -30,6 +30,7 @@ from importer.core.models import (
     Batch,
     Channel,
     Checkpoint,
+    ConflictStrategy,
     ContactRow,
     Counters,
     Job,
@@ -54,6 +55,7 @@ _PLAN_TABLES = (
 )
 ROW_ERROR_COLUMNS = ("job_id", "line", "column_name", "reason", "severity", "value")
 _COPY_MESSAGE = 1 << 19  # bytes per CopyData message (asyncpg's own size; the server takes < 1 GB)
+_POLICIES_KEPT = 64  # jobs whose parsed merge policy a store keeps (a worker runs a few at once)
 
 
 def issue_records(job_id: uuid.UUID, issues: Sequence[RowIssue]) -> list[tuple[Any, ...]]:
@@ -83,6 +85,7 @@ class PostgresBatches:
         self._encode_plan = copybin.plan_encoder() if compiled else None
         self._q = queries()
         self._field_ids: dict[tuple[int, str], int] = {}  # (client, lower(name)) → id
+        self._policies: dict[uuid.UUID, policy.MergePolicy] = {}  # job → its layout's policy
         self._id_pool: list[int] = []
         self._inserted_since_analyze = 0
         self._analyze_after = lifecycle.FIRST_ANALYZE_AFTER
@@ -300,11 +303,27 @@ class PostgresBatches:
 
     async def _write_rows(self, conn: Conn, job: Job, rows: Sequence[ContactRow]) -> int:
         """Decide the batch's writes from the stored state, then make only those."""
-        folded = merge.fold_rows(rows, job.strategy)
-        stored = await self._stored_contacts(conn, job, sorted(folded))
-        plan = merge.plan_batch(folded, job.strategy, stored)
+        rules = self._policy(job)
+        folded = merge.fold_rows(rows, job.strategy, rules)
+        if rules.is_default:
+            stored = await self._stored_contacts(conn, job, sorted(folded))
+        else:
+            stored = await self._stored_with_provenance(conn, job, sorted(folded))
+        plan = merge.plan_batch(folded, job.strategy, stored, rules)
         await self._write_plan(conn, job, plan)
         return plan.new_keys
+
+    def _policy(self, job: Job) -> policy.MergePolicy:
+        """The job's merge policy, parsed once per job (DISCARD ignores it). The run parsed the
+        same layout before its first batch, so a bad one never gets here."""
+        if job.strategy is not ConflictStrategy.MERGE or job.layout is None:
+            return policy.DEFAULT_POLICY
+        rules = self._policies.get(job.id)
+        if rules is None:
+            if len(self._policies) >= _POLICIES_KEPT:
+                self._policies.clear()
+            rules = self._policies[job.id] = policy.policy_of(job.layout)
+        return rules
 
     def _client_field_ids(self, client: int) -> dict[str, int]:
         """The client's known custom fields: lower-case name → id."""
@@ -315,6 +334,15 @@ class PostgresBatches:
     ) -> dict[str, merge.StoredContact]:
         names = {i: lower for lower, i in self._client_field_ids(job.client_id).items()}
         return await stored_contacts(conn, self._q["find_contacts"], job.client_id, keys, names)
+
+    async def _stored_with_provenance(
+        self, conn: Conn, job: Job, keys: list[str]
+    ) -> dict[str, merge.StoredContact]:
+        """:meth:`_stored_contacts` with what this import did to them (a policy's decisions)."""
+        names = {i: lower for lower, i in self._client_field_ids(job.client_id).items()}
+        query = self._q["find_contacts_with_provenance"]
+        rows = await conn.fetch(query, job.client_id, keys, list(names), job.id)
+        return {r["cpf_cnpj"]: _stored_with_provenance(r, names) for r in rows}
 
     async def _write_plan(self, conn: Conn, job: Job, plan: merge.BatchPlan) -> None:
         """COPY the new contacts, channels and custom values; then update what MERGE changes in
@@ -336,6 +364,8 @@ class PostgresBatches:
                 if rows:
                     await self._copy(conn, table, columns, kinds, rows)
         await self._update_stored(conn, client, plan)
+        if plan.marks or plan.detail_revivals:
+            await self._write_provenance(conn, job, plan)
         if job.journey_id is not None:
             await self._join_journey(conn, job, plan, ids)
 
@@ -368,6 +398,19 @@ class PostgresBatches:
             await conn.execute(
                 self._q["update_custom_values"], *map(list, zip(*values, strict=True))
             )
+
+    async def _write_provenance(self, conn: Conn, job: Job, plan: merge.BatchPlan) -> None:
+        """A policy's marks, then replace's deletions (which join their channel's mark) and
+        revivals, in one lock order (contact, channel, value)."""
+        if plan.marks:
+            contact_ids, targets = zip(*sorted(plan.marks), strict=True)
+            await conn.execute(
+                self._q["insert_merge_marks"], job.id, list(contact_ids), list(targets)
+            )
+        if plan.detail_deletions:
+            await conn.execute(self._q["replace_details"], job.id, *_columns(plan.detail_deletions))
+        if plan.detail_revivals:
+            await conn.execute(self._q["revive_details"], job.id, *_columns(plan.detail_revivals))
 
     async def _contact_ids(self, conn: Conn, count: int) -> list[int]:
         """Ids for new contacts, reserved from the sequence in blocks (gaps are harmless)."""
@@ -415,6 +458,29 @@ async def copy_messages(payload: memoryview) -> AsyncIterator[memoryview]:
     take bytes for a file's path)."""
     for start in range(0, len(payload), _COPY_MESSAGE):
         yield payload[start : start + _COPY_MESSAGE]
+
+
+def _columns(changes: Sequence[tuple[int, int, str]]) -> list[list[object]]:
+    """(contact, channel, value) changes as three parameter arrays, in one lock order."""
+    return [list(column) for column in zip(*sorted(changes), strict=True)]
+
+
+def _stored_with_provenance(r: asyncpg.Record, names: dict[int, str]) -> merge.StoredContact:
+    """A find_contacts_with_provenance row as a stored contact with its provenance."""
+    channels, field_ids = r["channels"], r["field_ids"]
+    revivable = r["revivable_channels"]
+    return merge.StoredContact(
+        r["id"],
+        r["name"],
+        r["street_address"],
+        frozenset(zip(channels, r["detail_values"], strict=True)) if channels else frozenset(),
+        {names[i]: v for i, v in zip(field_ids, r["field_values"], strict=True)}
+        if field_ids
+        else {},
+        r["own"],
+        frozenset(r["targets"] or ()),
+        frozenset(zip(revivable, r["revivable_values"], strict=True)) if revivable else frozenset(),
+    )
 
 
 async def stored_contacts(

@@ -35,6 +35,7 @@ from importer.core.models import (
     JobStatus,
     RowIssue,
 )
+from importer.core.policy import DEFAULT_POLICY, MergePolicy, policy_of
 from importer.core.preview import PreviewBuilder
 from importer.sql import queries
 
@@ -89,18 +90,26 @@ class PostgresPreviews:
     ) -> tuple[PreviewBuilder, list[str]]:
         """The job's staged rows planned against the client's contacts (see :meth:`plan`), and
         the custom fields of ``fields`` the client does not have (the import would create)."""
-        builder = await self.plan(job.id, job.client_id, job.strategy, fields)
+        policy = policy_of(job.layout)
+        builder = await self.plan(job.id, job.client_id, job.strategy, fields, policy=policy)
         with translated_errors():
             rows = await self._pool.fetch(self._q["custom_field_ids"], job.client_id, list(fields))
         known = {r["key"] for r in rows}
         return builder, [name for name in fields if name.lower() not in known]
 
     async def plan(
-        self, job_id: uuid.UUID, client_id: int, strategy: ConflictStrategy, fields: Sequence[str]
+        self,
+        job_id: uuid.UUID,
+        client_id: int,
+        strategy: ConflictStrategy,
+        fields: Sequence[str],
+        *,
+        policy: MergePolicy = DEFAULT_POLICY,
     ) -> PreviewBuilder:
         """Every staged key planned against its stored contact (``fields``: the custom fields the
-        file names, whose stored values are compared)."""
-        builder = PreviewBuilder(strategy)
+        file names, whose stored values are compared) by the layout's merge ``policy``. The
+        stored contacts are read as they are before the import: no provenance to read."""
+        builder = PreviewBuilder(strategy, policy)
         with translated_errors():
             async with pooled(self._pool) as conn, conn.transaction(readonly=True):
                 names = await self._field_names(conn, client_id, fields)

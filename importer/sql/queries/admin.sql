@@ -87,8 +87,9 @@ details AS (
 SELECT (SELECT count(*) FROM removed) AS contacts, (SELECT count(*) FROM details) AS details;
 
 -- name: clear_job_ledger
--- The run's ledger, lanes and per-row report go with the data: a requeue then reads the whole
--- file again (with the ledger kept it would find every chunk done and import nothing), and the
+-- The run's ledger, lanes, merge marks and per-row report go with the data: a requeue then reads
+-- the whole file again (with the ledger kept it would find every chunk done and import nothing;
+-- with the marks, a merge policy would take the removed run's values for its own), and the
 -- report's raw values are the file's data too.
 WITH chunks AS (
     DELETE FROM import_chunk WHERE job_id = $1 RETURNING 1
@@ -98,6 +99,9 @@ lanes AS (
 ),
 row_errors AS (
     DELETE FROM import_row_error WHERE job_id = $1 RETURNING 1
+),
+marks AS (
+    DELETE FROM import_merge_mark WHERE job_id = $1
 )
 SELECT (SELECT count(*) FROM chunks) AS chunks, (SELECT count(*) FROM row_errors) AS row_errors;
 

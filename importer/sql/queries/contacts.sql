@@ -27,6 +27,73 @@ CROSS JOIN LATERAL (
     FROM contact_custom_fields WHERE contact_id = c.id AND custom_field_id = ANY($3::int[])
 ) AS f;
 
+-- name: find_contacts_with_provenance
+-- find_contacts for an import ($4) with a non-default merge policy: also whether the import
+-- created the contact (own), the fields and channels it already marked (targets), and the
+-- details its replace soft-deleted that are still deleted (revivable: they come back as they
+-- were when a later batch of the import has their values).
+SELECT c.id, c.cpf_cnpj, c.name, c.street_address, c.import_job_id IS NOT DISTINCT FROM $4 AS own,
+       d.channels, d.detail_values, f.field_ids, f.field_values, m.targets,
+       r.channels AS revivable_channels, r.detail_values AS revivable_values
+FROM unnest($2::text[]) AS k (cpf_cnpj)
+CROSS JOIN LATERAL (
+    SELECT id, cpf_cnpj, name, street_address, import_job_id FROM contact
+    WHERE client_id = $1 AND cpf_cnpj = k.cpf_cnpj AND deleted_at IS NULL
+    LIMIT 1
+) AS c
+CROSS JOIN LATERAL (
+    SELECT array_agg(channel_id) AS channels, array_agg(value) AS detail_values
+    FROM contact_details WHERE contact_id = c.id AND deleted_at IS NULL
+) AS d
+CROSS JOIN LATERAL (
+    SELECT array_agg(custom_field_id) AS field_ids, array_agg(value) AS field_values
+    FROM contact_custom_fields WHERE contact_id = c.id AND custom_field_id = ANY($3::int[])
+) AS f
+CROSS JOIN LATERAL (
+    SELECT array_agg(target) AS targets FROM import_merge_mark
+    WHERE job_id = $4 AND contact_id = c.id
+) AS m
+CROSS JOIN LATERAL (
+    SELECT array_agg(x.channel_id) AS channels, array_agg(x.value) AS detail_values
+    FROM import_merge_mark mm
+    JOIN contact_details x ON x.id = ANY(mm.replaced) AND x.deleted_at IS NOT NULL
+    WHERE mm.job_id = $4 AND mm.contact_id = c.id AND mm.replaced <> '{}'
+) AS r;
+
+-- name: insert_merge_marks
+-- What a batch of import $1 did under its merge policy: contact $2[i] had target $3[i] set.
+-- A plain insert: a batch marks only what no earlier batch of the import marked.
+INSERT INTO import_merge_mark (job_id, contact_id, target)
+SELECT $1, m.contact_id, m.target FROM unnest($2::bigint[], $3::text[]) AS m (contact_id, target);
+
+-- name: replace_details
+-- A merge policy's replace: the stored live details ($2, $3, $4 pairwise: contact, channel,
+-- value) the file's values of their channel lack, soft-deleted; their ids join the channel's
+-- mark of import $1 (inserted just before in the same transaction), to be brought back by
+-- revive_details.
+WITH gone AS (
+    UPDATE contact_details d SET deleted_at = now()
+    FROM unnest($2::bigint[], $3::smallint[], $4::text[]) AS u (contact_id, channel_id, value)
+    WHERE d.contact_id = u.contact_id AND d.channel_id = u.channel_id AND d.value = u.value
+      AND d.deleted_at IS NULL
+    RETURNING d.id, d.contact_id, d.channel_id
+)
+UPDATE import_merge_mark m SET replaced = m.replaced || g.ids
+FROM (
+    SELECT contact_id, channel_id, array_agg(id ORDER BY id) AS ids FROM gone GROUP BY 1, 2
+) AS g
+WHERE m.job_id = $1 AND m.contact_id = g.contact_id AND m.target = 'channel:' || g.channel_id;
+
+-- name: revive_details
+-- The details import $1's replace soft-deleted whose values a later batch has ($2, $3, $4
+-- pairwise: contact, channel, value): live again, the same rows.
+UPDATE contact_details d SET deleted_at = NULL
+FROM import_merge_mark m,
+     unnest($2::bigint[], $3::smallint[], $4::text[]) AS u (contact_id, channel_id, value)
+WHERE m.job_id = $1 AND m.contact_id = u.contact_id AND m.target = 'channel:' || u.channel_id
+  AND d.id = ANY(m.replaced) AND d.contact_id = u.contact_id AND d.channel_id = u.channel_id
+  AND d.value = u.value AND d.deleted_at IS NOT NULL;
+
 -- name: join_journey
 -- Seed 003 §9: the batch's contacts with a journey channel ($3 ids, $4 values, pairwise) join the
 -- journey classification of import $1; a link made before (a requeued run) is kept as it is.
