@@ -66,7 +66,7 @@ def test_cancel_actions(current: JobStatus, claimed: bool) -> None:
     action = lifecycle.cancel_action(current, claimed)
     if current in TERMINAL_STATUSES:
         assert action is lifecycle.CancelAction.NOTHING
-    elif current in lifecycle.RUNNING_STATUSES or claimed:
+    elif claimed or current in lifecycle.RUNNING_STATUSES - {JobStatus.READY}:
         assert action is lifecycle.CancelAction.REQUEST  # a worker holds (or held) it
     else:
         assert action is lifecycle.CancelAction.NOW

@@ -40,7 +40,6 @@ from importer.core.models import (
 )
 from importer.sql import queries
 
-_TURN_POLL_S = 0.2  # how often an import waiting for its client's turn looks again
 _ID_BLOCK = 4096  # contact ids reserved per sequence round trip
 _RUNNING = lifecycle.values(lifecycle.RUNNING_STATUSES)
 
@@ -177,42 +176,6 @@ class PostgresBatches:
                 )
             # The lane reached the chunk after the update looked at it: try again.
         return True
-
-    @contextlib.asynccontextmanager
-    async def client_turn(self, client_id: int, stop: asyncio.Event) -> AsyncIterator[bool]:
-        """Hold the client's import turn while the body runs (True), or give up once ``stop``
-        is set while waiting for it (False). The turn is a session advisory lock on a
-        connection kept for the run: a dead process's turn ends with its connection."""
-        with translated_errors():
-            async with pooled(self._pool) as conn:
-                while not await conn.fetchval(self._q["try_client_turn"], client_id):
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), _TURN_POLL_S)
-                    if stop.is_set():
-                        yield False
-                        return
-                try:
-                    yield True
-                finally:
-                    await conn.execute(self._q["release_client_turn"], client_id)
-
-    async def open_lanes(self, job_id: uuid.UUID, partitions: int) -> None:
-        with translated_errors():
-            await self._pool.execute(self._q["open_lanes"], job_id, partitions)
-
-    async def advance_lane(self, job: Job, batch: Batch) -> bool:
-        """Move the lane past a split batch once all its pieces are in; False if it had moved."""
-        with translated_errors():
-            moved = await self._pool.fetchval(
-                self._q["advance_lane"], job.id, batch.partition, batch.chunk_no
-            )
-        return moved is not None
-
-    async def lanes_behind(self, job_id: uuid.UUID) -> int | None:
-        """The chunk every lane has passed (None: the job has no lanes)."""
-        with translated_errors():
-            value: int | None = await self._pool.fetchval(self._q["lanes_behind"], job_id)
-        return value
 
     async def _keep_statistics(self, inserted: int) -> None:
         """ANALYZE each time this store's inserts double: plans stay right as tables grow."""

@@ -1,8 +1,9 @@
 """The :class:`importer.ports.Store` on PostgreSQL (asyncpg): what one run of the pipeline
-writes and reads: the job's row (:mod:`.jobs`), its batches (:mod:`.batches`), and what it
-writes outside its batches (:mod:`.previews`). The workers' queue (:mod:`.queue`) extends it
-with the lease; the API's jobs (:mod:`.views`), the owner's operations (:mod:`.admin`), the
-catalog and the outbox are classes of their own on the same pool.
+writes and reads: the job's row (:mod:`.jobs`), its batches (:mod:`.batches`), its turn and
+lanes (:mod:`.lanes`), and what it writes outside its batches (:mod:`.previews`). The
+workers' queue (:mod:`.queue`) extends it with the lease; the API's jobs (:mod:`.views`), the
+owner's operations (:mod:`.admin`), the catalog and the outbox are classes of their own on the
+same pool.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import asyncpg
 
 from importer.adapters.postgres.batches import PostgresBatches
 from importer.adapters.postgres.jobs import PostgresJobs
+from importer.adapters.postgres.lanes import PostgresTurns
 from importer.adapters.postgres.previews import PostgresPreviews
 
 
-class PostgresStore(PostgresJobs, PostgresBatches, PostgresPreviews):
+class PostgresStore(PostgresJobs, PostgresBatches, PostgresTurns, PostgresPreviews):
     """The :class:`importer.ports.Store`: the pipeline's batches, its job's row, and what it
     writes outside its batches (a preview, a validation)."""
 
@@ -22,4 +24,5 @@ class PostgresStore(PostgresJobs, PostgresBatches, PostgresPreviews):
         """``compiled``: encode the batches' COPY payloads in C (when it is built)."""
         PostgresJobs.__init__(self, pool)
         PostgresBatches.__init__(self, pool, compiled=compiled)
+        PostgresTurns.__init__(self, pool)
         PostgresPreviews.__init__(self, pool, compiled=compiled)
