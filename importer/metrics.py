@@ -176,7 +176,9 @@ class PipelineMetrics:
             ("status",),
             registry=self.registry,
         )
-        self._jobs = {status: jobs.labels(status.value) for status in TERMINAL_STATUSES}
+        self._jobs = {
+            status: jobs.labels(status.value) for status in (*TERMINAL_STATUSES, JobStatus.READY)
+        }
         self.job_duration = Histogram(
             "importer_job_duration_seconds",
             "Time of a job's last run in this process, claim to terminal status.",

@@ -127,3 +127,22 @@ def bad_cpf(base: int) -> str:
     """A CPF whose last check digit is wrong."""
     good = cpf(base)
     return good[:-1] + str((int(good[-1]) + 1) % 10)
+
+
+CONTACT_TABLES = ("contact", "contact_details", "contact_custom_fields", "custom_field")
+
+
+async def tables_checksum(dsn: str) -> dict[str, str]:
+    """An md5 of every row of the contact tables (all clients, every column, by id): equal
+    before and after means byte-identical contents."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return {
+            table: await conn.fetchval(
+                f"SELECT md5(coalesce(string_agg(t::text, E'\\n' ORDER BY t.id), '')) "
+                f"FROM {table} t"
+            )
+            for table in CONTACT_TABLES
+        }
+    finally:
+        await conn.close()

@@ -53,12 +53,12 @@ async def _preview(
     fields: set[str] = set()
     invalid = 0
     for batch in batches:
-        await previews.stage(job.id, batch.rows)
+        await previews.stage_preview(job.id, batch.rows)
         invalid += batch.invalid
         fields |= {name for row in batch.rows for name, _ in row.custom_fields}
     builder = await previews.plan(job.id, client, strategy, sorted(fields))
     builder.add_invalid(invalid)
-    await previews.clear(job.id)
+    await previews.clear_preview(job.id)
     return builder.document(sorted(fields))
 
 
