@@ -115,6 +115,7 @@ EXPECTED_ROUTES = {
     ("get", "/v1/imports"),
     ("get", "/v1/imports/{job_id}"),
     ("post", "/v1/imports/{job_id}/start"),
+    ("post", "/v1/imports/{job_id}/apply"),
     ("post", "/v1/imports/{job_id}/uploaded"),
     ("post", "/v1/imports/{job_id}/cancel"),
     ("get", "/v1/imports/{job_id}/events"),
