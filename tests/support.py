@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import csv
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
@@ -146,3 +147,19 @@ async def tables_checksum(dsn: str) -> dict[str, str]:
         }
     finally:
         await conn.close()
+
+
+@dataclass
+class BytesSource:
+    """Bytes as the pipeline's Source, read in blocks of the size asked for."""
+
+    name: str
+    data: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    async def blocks(self, block_size: int) -> AsyncIterator[bytes]:
+        for start in range(0, len(self.data), block_size):
+            yield self.data[start : start + block_size]

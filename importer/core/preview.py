@@ -154,9 +154,14 @@ def _after(folded: merge.MergedContact, stored: merge.StoredContact | None) -> d
     return values
 
 
-def counters_differ(document: Mapping[str, object], counters: Counters) -> bool:
+def counters_differ(
+    document: Mapping[str, object] | None, counters: Counters, *, applied: bool, ended: bool
+) -> bool | None:
     """Whether the import of an applied preview ended with other counters than the preview
-    showed: something wrote to the client's contacts between the two (or the run failed)."""
+    showed: something wrote to the client's contacts between the two (or the run failed).
+    None until an applied preview's import has ended."""
+    if document is None or not applied or not ended:
+        return None
     return document.get("counters") != asdict(counters)
 
 

@@ -89,19 +89,17 @@ def job_document(view: JobView, now: dt.datetime) -> dict[str, object]:
         "preview": view.preview,
         "awaiting_apply": view.awaiting_apply,
         "preview_expires_at": _iso(view.preview_expires_at) if view.awaiting_apply else None,
-        "counters_differ_from_preview": _counters_differ(view),
+        "counters_differ_from_preview": preview.counters_differ(
+            view.preview,
+            view.counters,
+            applied=view.preview_applied,
+            ended=view.status in TERMINAL_STATUSES,
+        ),
         "created_at": _iso(view.created_at),
         "updated_at": _iso(view.updated_at),
         "started_at": _iso(view.started_at),
         "finished_at": _iso(view.finished_at),
     }
-
-
-def _counters_differ(view: JobView) -> bool | None:
-    """An applied preview's import, once ended: whether its counters differ from the preview's."""
-    if view.preview is None or not view.preview_applied or view.status not in TERMINAL_STATUSES:
-        return None
-    return preview.counters_differ(view.preview, view.counters)
 
 
 def encode_cursor(created_at: dt.datetime, job_id: uuid.UUID) -> str:

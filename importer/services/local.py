@@ -249,13 +249,10 @@ async def apply_job(
     expired one is cancelled and refused."""
     started = time.perf_counter()
     job = await store.get_job(job_id)
-    if not job.awaiting_apply:
-        await store.apply_preview(job_id)  # raises why it cannot be applied
     source = await _resume_source(job, objects_for(job), local_files)
     config = job_config(settings, job)
     owner = process_owner("cli")
-    if job.awaiting_apply:
-        await store.apply_preview(job_id, f"apply:{owner}")
+    await store.apply_preview(job_id, f"apply:{owner}")  # or raises why it cannot be applied
     # A worker may claim an upload's preview once applied: then the take-over is refused (its
     # lease is live) and the worker imports it.
     job = await store.take_over_job(job_id, owner, settings.lease_seconds, f"apply:{owner}")
@@ -343,14 +340,13 @@ async def run_here(
         ending=ending,
         preview=job.preview,
         validation=job.validation,
-        counters_differ=_counters_differ(job),
+        counters_differ=preview.counters_differ(
+            job.preview,
+            job.counters,
+            applied=job.preview_applied,
+            ended=job.status in TERMINAL_STATUSES,
+        ),
     )
-
-
-def _counters_differ(job: Job) -> bool | None:
-    if job.preview is None or not job.preview_applied or job.status not in TERMINAL_STATUSES:
-        return None
-    return preview.counters_differ(job.preview, job.counters)
 
 
 @contextlib.asynccontextmanager

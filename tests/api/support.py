@@ -7,7 +7,7 @@ import csv
 import hashlib
 import io
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import httpx
 
@@ -78,12 +78,23 @@ async def wait_terminal(
     http: httpx.AsyncClient, bearer: str, job_id: str, timeout_s: float = JOB_TIMEOUT_S
 ) -> dict[str, object]:
     """Poll the job until it ends (a deadline, never a fixed sleep to synchronize)."""
+    return await wait_until(http, bearer, job_id, lambda job: job["status"] in TERMINAL, timeout_s)
+
+
+async def wait_until(
+    http: httpx.AsyncClient,
+    bearer: str,
+    job_id: str,
+    done: Callable[[dict[str, object]], bool],
+    timeout_s: float = JOB_TIMEOUT_S,
+) -> dict[str, object]:
+    """Poll the job until ``done`` says so, within a deadline."""
     deadline = time.monotonic() + timeout_s
     while True:
         response = await http.get(f"/v1/imports/{job_id}", headers=auth(bearer))
         assert response.status_code == 200, response.text
         job: dict[str, object] = response.json()
-        if job["status"] in TERMINAL:
+        if done(job):
             return job
         assert time.monotonic() < deadline, f"job still {job['status']}: {job}"
         await asyncio.sleep(0.05)

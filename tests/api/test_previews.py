@@ -7,10 +7,7 @@ differ (someone wrote in between); a file past ``max_invalid`` fails before any 
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -18,13 +15,14 @@ import pytest
 
 from tests.api.conftest import Server
 from tests.api.support import (
-    JOB_TIMEOUT_S,
+    TERMINAL,
     auth,
     counters,
     csv_bytes,
     token,
     upload,
     wait_terminal,
+    wait_until,
 )
 from tests.support import bad_cpf, cpf, fetch, import_file, tables_checksum
 
@@ -41,31 +39,15 @@ ROWS = (
 BODY = csv_bytes(HEADER, ROWS)
 
 
-async def wait_for(
-    http: httpx.AsyncClient, bearer: str, job_id: str, done: Callable[[dict[str, object]], bool]
-) -> dict[str, object]:
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    while True:
-        response = await http.get(f"/v1/imports/{job_id}", headers=auth(bearer))
-        assert response.status_code == 200, response.text
-        job: dict[str, object] = response.json()
-        if done(job):
-            return job
-        assert time.monotonic() < deadline, f"job still {job['status']}: {job}"
-        await asyncio.sleep(0.05)
-
-
 def resting(job: dict[str, object]) -> bool:
-    return job["status"] in ("ready", "failed", "cancelled") and job["awaiting_apply"] in (
-        True,
-        job["status"] != "ready",
-    )
+    """A preview's run is over: it rests in ready, or it failed (or was cancelled)."""
+    return job["status"] in TERMINAL or (job["status"] == "ready" and job["awaiting_apply"] is True)
 
 
 async def _preview(http: httpx.AsyncClient, bearer: str, body: bytes = BODY) -> dict[str, object]:
     response = await upload(http, bearer, body, "lista.csv", preview="true")
     assert response.status_code == 202, response.text
-    return await wait_for(http, bearer, str(response.json()["id"]), resting)
+    return await wait_until(http, bearer, str(response.json()["id"]), resting)
 
 
 async def test_a_preview_rests_ready_writes_nothing_and_its_apply_imports_what_it_showed(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
@@ -14,24 +13,10 @@ from importer.core.config import PipelineConfig
 from importer.core.models import Counters, JobStatus, Limits, NewJob
 from importer.core.reference import InMemoryStore
 from importer.pipeline.run import ImportRun
-from tests.support import cpf
+from tests.support import BytesSource, cpf
 
 ROWS = 600
 CONFIG = PipelineConfig(limits=Limits(), read_block_bytes=512)
-
-
-@dataclass
-class BytesSource:
-    name: str
-    data: bytes
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
-    async def blocks(self, block_size: int) -> AsyncIterator[bytes]:
-        for start in range(0, len(self.data), block_size):
-            yield self.data[start : start + block_size]
 
 
 @dataclass

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
@@ -31,7 +29,7 @@ from importer.core.models import (
 )
 from importer.core.reference import InMemoryStore, ReferenceModel
 from importer.pipeline.run import ImportRun
-from tests.support import cpf
+from tests.support import BytesSource, cpf
 
 CONFIG = PipelineConfig(limits=Limits(), read_block_bytes=256)
 Action = lifecycle.FailureAction
@@ -201,20 +199,6 @@ class PoisonStore(InMemoryStore):
             self.repeats += 1
         self.commits += 1
         return applied
-
-
-@dataclass
-class BytesSource:
-    name: str
-    data: bytes
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
-    async def blocks(self, block_size: int) -> AsyncIterator[bytes]:
-        for start in range(0, len(self.data), block_size):
-            yield self.data[start : start + block_size]
 
 
 def csv_source(rows: list[tuple[int, bool]]) -> BytesSource:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import pytest
 from hypothesis import given, settings
@@ -31,23 +30,10 @@ from importer.pipeline.run import ImportRun
 from importer.pipeline.spool import BatchSpool
 from importer.read.blocks import BlockParser
 from tests.hostile import hostile_csv
+from tests.support import BytesSource
 
 LIMITS = Limits(max_record_chars=400, max_field_chars=80, max_value_chars=60)
 CONFIG = PipelineConfig(limits=LIMITS, read_block_bytes=97)
-
-
-@dataclass
-class BytesSource:
-    name: str
-    data: bytes
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
-    async def blocks(self, block_size: int) -> AsyncIterator[bytes]:
-        for start in range(0, len(self.data), block_size):
-            yield self.data[start : start + block_size]
 
 
 async def _run(
