@@ -55,6 +55,7 @@ ROOT = HERE.parent
 ADMIN_DSN = os.environ.get("BENCH_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 CLIENT = 1
 CONTACT_TABLES = ("contact", "contact_details", "contact_custom_fields")
+COUNTED = ("inserted", "updated", "invalid", "error", "ignored")  # rows_read is their sum
 # The importer variants: the compiled hot path (where it is built; the pure one otherwise) and
 # the pure reference (IMPORTER_PURE=1), each with the environment that selects it.
 VARIANTS = {"compiled": {}, "pure": {"IMPORTER_PURE": "1"}}
@@ -258,7 +259,13 @@ def _wait_for_backends_to_exit(dsn: str) -> None:
 
 
 def run_importer(
-    dsn: str, path: Path, strategy: str, concurrency: int, chunk_size: int, variant: str
+    dsn: str,
+    path: Path,
+    strategy: str,
+    concurrency: int,
+    chunk_size: int,
+    variant: str,
+    extra: tuple[str, ...] = (),
 ) -> tuple[dict, float, float, float, float]:
     """Run the CLI; return its JSON, wall seconds, peak RSS (MiB), its CPU and the DB's CPU."""
     env = {**os.environ, "DATABASE_URL": dsn, **VARIANTS[variant]}
@@ -277,6 +284,7 @@ def run_importer(
         "--chunk-size",
         str(chunk_size),
         "--json",
+        *extra,
     ]
     cpu_before = postgres_cpu_seconds()
     started = time.perf_counter()
@@ -334,18 +342,33 @@ async def time_importer(
     concurrency: int,
     chunk_size: int,
     variant: str = "compiled",
+    previews: list[Timing] | None = None,
 ) -> tuple[Timing, dict, dict[str, object]]:
+    """The timed import on a fresh database holding the pre-existing keys; with ``previews``,
+    first a timed preview (``--dry-run``) of the same file on the same state, appended to it
+    (its counters are checked against the import's)."""
     dsn = await fresh_database(name)
     # untimed: the pre-existing keys
     run_importer(dsn, pre, "merge", concurrency, chunk_size, variant)
     subprocess.run(["psql", dsn, "-qc", "VACUUM ANALYZE"], check=True)
+    preview = None
+    if previews is not None:
+        preview, seconds, rss, client_cpu, db_cpu = run_importer(
+            dsn, main, strategy, concurrency, chunk_size, variant, ("--dry-run",)
+        )
+        assert preview["status"] == "ready", preview
+        label = f"importer import --dry-run ({strategy}, {variant}, {concurrency} consumers)"
+        previews.append(Timing(label, seconds, rows, rss, db_cpu, client_cpu))
     wal_before = _psql_value(dsn, "SELECT pg_current_wal_lsn()")
     result, seconds, rss, client_cpu, db_cpu = run_importer(
         dsn, main, strategy, concurrency, chunk_size, variant
     )
     wal = int(float(_psql_value(dsn, f"SELECT pg_current_wal_lsn() - '{wal_before}'")))
-    counters = [result[k] for k in ("inserted", "updated", "invalid", "error", "ignored")]
+    counters = [result[k] for k in COUNTED]
     assert result["rows_read"] == rows == sum(counters), result
+    if preview is not None:
+        expected = {k: result[k] for k in ("rows_read", *COUNTED)}
+        assert preview["preview"]["counters"] == expected, (preview["preview"], expected)
     name = f"importer import ({strategy}, {variant}, {concurrency} consumers)"
     timing = Timing(name, seconds, rows, rss, db_cpu, client_cpu, wal_bytes=wal)
     return timing, result, table_sizes(dsn)
@@ -377,6 +400,11 @@ async def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=5000)
     parser.add_argument("--discard", action="store_true", help="also time DISCARD")
     parser.add_argument("--skip-floor", action="store_true")
+    parser.add_argument(
+        "--preview",
+        action="store_true",
+        help="time a preview (--dry-run) of the file before each import, on the same state",
+    )
     which = parser.add_mutually_exclusive_group()
     which.add_argument(
         "--pure", action="store_true", help="run the importer's pure hot path (IMPORTER_PURE=1)"
@@ -425,6 +453,7 @@ async def main() -> None:
                 args.concurrency,
                 args.chunk_size,
                 variant,
+                timings if args.preview else None,
             )
             if strategy == "merge":
                 assert all(result[k] == v for k, v in expected.items()), (result, expected)

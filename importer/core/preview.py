@@ -50,9 +50,26 @@ class FieldTally:
         return {"first": self.first, "changed": self.changed, "kept": self.kept}
 
 
+# A channel's target field name, by channel id (an int from the database or a Channel).
+_CHANNEL_FIELDS: dict[int, str] = {int(c): f"channel:{c.name.lower()}" for c in Channel}
+
+
 def _values(channel: Channel, pairs: Iterable[tuple[int, str]]) -> list[str]:
     """The values of one channel among (channel, value) pairs, sorted."""
     return sorted(v for c, v in pairs if c == channel)
+
+
+def _by_channel(pairs: Iterable[tuple[int, str]]) -> dict[str, set[str]]:
+    """(channel, value) pairs grouped by their channel's target field name, in one pass."""
+    grouped: dict[str, set[str]] = {}
+    for channel, value in pairs:
+        name = _CHANNEL_FIELDS[channel]
+        values = grouped.get(name)
+        if values is None:
+            grouped[name] = {value}
+        else:
+            values.add(value)
+    return grouped
 
 
 @dataclass(slots=True)
@@ -80,17 +97,21 @@ class PreviewBuilder:
         else:
             self.counters.ignored += rest
         folded = merge.merged(merge.fold_rows(rows, self.strategy, self.policy)[key])
+        before = _before(stored) if stored is not None else {}
         if stored is not None and self.strategy is ConflictStrategy.DISCARD:
-            after = _before(stored)  # DISCARD leaves a stored contact as it is
+            after = before  # DISCARD leaves a stored contact as it is
         elif stored is not None and not self.policy.is_default:
             after = _planned(folded, stored, self.policy)
         else:
-            after = _after(folded, stored)
-        before = _before(stored) if stored is not None else {}
+            after = _after(folded, stored, before)
         changes: dict[str, dict[str, object]] = {}
-        for name in sorted(before.keys() | after.keys()):
+        tallies = self.fields
+        for name in before.keys() | after.keys():
             was, will = before.get(name), after.get(name)
-            self.fields.setdefault(name, FieldTally()).add(was, will)
+            tally = tallies.get(name)
+            if tally is None:
+                tally = tallies[name] = FieldTally()
+            tally.add(was, will)
             if will is not None and will != was:
                 changes[name] = {"before": was, "after": will}
         if changes and len(self.sample) < SAMPLE:
@@ -99,7 +120,7 @@ class PreviewBuilder:
                     "key": key,
                     "line": rows[0].line,
                     "action": "insert" if stored is None else "update",
-                    "fields": changes,
+                    "fields": dict(sorted(changes.items())),
                 }
             )
 
@@ -129,28 +150,26 @@ def _before(stored: merge.StoredContact) -> dict[str, object]:
         values["street_address"] = stored.street_address
     for lower, value in stored.custom_fields.items():
         values[f"custom:{lower}"] = value
-    for channel in Channel:
-        found = _values(channel, stored.details)
-        if found:
-            values[f"channel:{channel.name.lower()}"] = found
+    for name, found in _by_channel(stored.details).items():
+        values[name] = sorted(found)
     return values
 
 
-def _after(folded: merge.MergedContact, stored: merge.StoredContact | None) -> dict[str, object]:
+def _after(
+    folded: merge.MergedContact, stored: merge.StoredContact | None, before: dict[str, object]
+) -> dict[str, object]:
     """The values a key ends with: MERGE's (the file's last non-empty value over the stored one,
-    the union of channels)."""
-    values = _before(stored) if stored is not None else {}
+    ``before``: :func:`_before` of it, the union of channels)."""
+    values = dict(before)
     if folded.name is not None:
         values["name"] = folded.name
     if folded.street_address is not None:
         values["street_address"] = folded.street_address
     for lower, (_, value) in folded.custom_fields.items():
         values[f"custom:{lower}"] = value
-    stored_pairs = stored.details if stored is not None else frozenset()
-    for channel in Channel:
-        union = set(_values(channel, stored_pairs)) | set(_values(channel, folded.details))
-        if union:
-            values[f"channel:{channel.name.lower()}"] = sorted(union)
+    pairs = folded.details.keys() if stored is None else {*stored.details, *folded.details}
+    for name, union in _by_channel(pairs).items():
+        values[name] = sorted(union)
     return values
 
 

@@ -30,10 +30,11 @@ from importer.core.models import (
     Channel,
     ConflictStrategy,
     ContactRow,
-    Detail,
     Job,
     JobStatus,
     RowIssue,
+    new_contact_row,
+    new_detail,
 )
 from importer.core.policy import DEFAULT_POLICY, MergePolicy, policy_of
 from importer.core.preview import PreviewBuilder
@@ -56,15 +57,19 @@ def _extra(row: ContactRow) -> str:
     return orjson.dumps({"d": details, "c": [list(pair) for pair in row.custom_fields]}).decode()
 
 
+_CHANNELS = {int(c): c for c in Channel}  # a dict lookup: Channel(c) is ten times slower
+
+
 def _row(record: asyncpg.Record) -> ContactRow:
-    extra = orjson.loads(record["extra"])
-    return ContactRow(
-        record["line"],
-        record["cpf_cnpj"],
-        record["name"],
-        record["street_address"],
-        tuple(Detail(Channel(c), v, code, country) for c, v, code, country in extra["d"]),
-        tuple((name, value) for name, value in extra["c"]),
+    key, line, name, address, extra = record
+    decoded = orjson.loads(extra)
+    return new_contact_row(
+        line,
+        key,
+        name,
+        address,
+        tuple(new_detail(_CHANNELS[c], v, code, country) for c, v, code, country in decoded["d"]),
+        tuple((field, value) for field, value in decoded["c"]),
     )
 
 
