@@ -63,8 +63,10 @@ async def upload_job(
     user_id: str | None = "u1",
     chunk_size: int = 7,
     partitions: int = 2,
+    preview: bool = False,
 ) -> uuid.UUID:
-    """Store ``path`` under the client's prefix and create its job, sealed with size and hash."""
+    """Store ``path`` under the client's prefix and create its job, sealed with size and hash
+    (``preview``: created with ``preview: true``, its run rests in ``ready``)."""
     job_id = uuid.uuid4()
     key = f"{client_id}/{job_id}/{path.name}"
     stored = await env.objects.put_stream(key, _file_blocks(path), 1 << 30)
@@ -82,6 +84,7 @@ async def upload_job(
         source_sha256=stored.sha256,
         filename=path.name,
         tags=("t1", "t2"),
+        preview=preview,
     )
     await env.store.create_job(new_job, status)
     return job_id

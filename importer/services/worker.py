@@ -59,13 +59,15 @@ from importer.settings import Settings
 
 log = structlog.get_logger(__name__)
 
-PREVIEW_EXPIRY_EVERY_S = 60.0
+PREVIEW_EXPIRY_EVERY_S = 60.0  # the default interval of a worker's sweep of expired previews
 
 
 class Worker:
     """Runs up to ``max_jobs`` imports at a time, each under a lease held by ``owner``.
 
     ``burst``: return once nothing is claimable and no job runs (tests, one-off drains).
+    ``preview_expiry_every_s``: how often, at most, it cancels the previews nobody applied in
+    time (on its claims: the first claim sweeps).
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class Worker:
         observer: PipelineObserver | None = None,
         publisher: BatchPublisher | None = None,
         local_files: LocalFiles,
+        preview_expiry_every_s: float = PREVIEW_EXPIRY_EVERY_S,
     ) -> None:
         self.owner = owner
         self._local_files = local_files  # a command-line import requeued to the workers
@@ -95,6 +98,7 @@ class Worker:
         self._max_jobs = max_jobs
         self._burst = burst
         self._runs: dict[uuid.UUID, JobRun] = {}
+        self._expiry_every_s = preview_expiry_every_s
         self._next_expiry = 0.0  # monotonic time of the next sweep of expired previews
 
     async def run(self) -> None:
@@ -129,11 +133,12 @@ class Worker:
         return job
 
     async def _expire_previews(self) -> None:
-        """At most once a minute: cancel the previews nobody applied in time."""
+        """At most once every ``preview_expiry_every_s`` (a minute): cancel the previews nobody
+        applied in time."""
         now = time.monotonic()
         if now < self._next_expiry:
             return
-        self._next_expiry = now + PREVIEW_EXPIRY_EVERY_S
+        self._next_expiry = now + self._expiry_every_s
         await self._store.expire_previews()
 
     async def _wait(self, jobs: set[asyncio.Task[None]]) -> None:

@@ -1,9 +1,11 @@
 """Workers on the real PostgreSQL and a local object store: runs equal the CLI's, resumes after a
-lost worker apply nothing twice, fencing, cancel between chunks, draining on stop."""
+lost worker apply nothing twice, fencing, cancel between chunks, draining on stop, the sweep of
+expired previews."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -14,8 +16,8 @@ import pytest
 from importer.adapters.storage.local import LocalObjectStore
 from importer.core import lifecycle
 from importer.core.config import PipelineConfig
-from importer.core.errors import LeaseLostError
-from importer.core.models import Batch, ContactRow, Counters, Job, JobStatus
+from importer.core.errors import ImportAlreadyAppliedError, LeaseLostError
+from importer.core.models import Batch, ContactRow, Counters, Job, JobStatus, JobView
 from importer.pipeline.run import ImportRun
 from importer.services.runs import ObjectSource
 from importer.services.worker import Worker
@@ -32,7 +34,14 @@ from tests.jobs_support import (
     notification_type,
     upload_job,
 )
-from tests.support import cpf, db_state, fetch, finalization_counts, import_file
+from tests.support import (
+    cpf,
+    db_state,
+    fetch,
+    finalization_counts,
+    import_file,
+    tables_checksum,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -362,3 +371,77 @@ async def test_two_jobs_run_at_once(
         assert rows[0]["status"] == "completed_with_placeholders"
         owners.add(rows[0]["lease_owner"])
     assert len(owners) == (2 if shape == "two workers" else 1)
+
+
+SWEEP_S = 0.1  # the sweep interval the next test gives its worker (the default is a minute)
+
+
+async def test_a_running_worker_sweeps_an_expired_preview_to_cancelled(
+    env: Env, client: int, tmp_path: Path
+) -> None:
+    """A preview resting in ``ready`` is left alone by the sweeps while it is within its time to
+    live; once past it, the running worker's next sweep (``_claim`` → ``expire_previews``)
+    cancels it, well within a bound far below the default interval, and no contact changes."""
+    await import_file(env.dsn, contacts_csv(tmp_path / "stored.csv", 40), client)
+    path = contacts_csv(tmp_path / "preview.csv", 60, first=20)  # new keys and stored ones
+    job_id = await upload_job(
+        env, client, path, chunk_size=CHUNK, partitions=PARTITIONS, preview=True
+    )
+    await env.views.start_job(client, job_id, f"start:{job_id}")
+    checksum, state = await tables_checksum(env.dsn), await db_state(env.dsn, client)
+    stop = asyncio.Event()
+    sweeper = Worker(
+        env.store,
+        env.objects,
+        worker_settings(env),
+        owner="w1",
+        stop=stop,
+        local_files=LocalObjectStore,
+        preview_expiry_every_s=SWEEP_S,
+    )
+    running = asyncio.create_task(sweeper.run(), name="w1")
+    try:
+
+        async def resting() -> JobView | None:
+            view = await env.views.view_job(client, job_id)
+            return view if view.status is JobStatus.READY and view.awaiting_apply else None
+
+        rested = await eventually(resting)
+        assert rested.preview is not None
+        assert rested.preview_expires_at is not None
+        assert rested.preview_expires_at > dt.datetime.now(dt.UTC) + dt.timedelta(hours=23)
+        await asyncio.sleep(SWEEP_S * 5)  # several sweeps: an unexpired preview keeps resting
+        still = await env.views.view_job(client, job_id)
+        assert (still.status, still.awaiting_apply) == (JobStatus.READY, True)
+
+        await fetch(
+            env.dsn,
+            "UPDATE import_job SET preview_expires_at = now() - interval '1 second' WHERE id = $1",
+            job_id,
+        )
+
+        async def swept() -> JobView | None:
+            view = await env.views.view_job(client, job_id)
+            return view if view.status is JobStatus.CANCELLED else None
+
+        cancelled = await eventually(swept, timeout_s=10.0)  # the default sweep: 60 s
+        assert not running.done()  # the worker ran all along: its sweep cancelled it
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, WAIT_S)
+
+    assert not cancelled.awaiting_apply
+    assert cancelled.fail_reason is None
+    assert as_tuple(cancelled.counters) == (0, 0, 0, 0, 0, 0)  # nothing was imported
+    assert cancelled.finished_at is not None
+    assert await finalization_counts(env.dsn, job_id) == (1, 1)  # finalized once
+    assert await notification_type(env.dsn, job_id) == "import_cancelled"
+    assert await ledger_chunks(env.dsn, job_id) == 0
+    assert await tables_checksum(env.dsn) == checksum  # the contact tables byte-identical
+    assert await db_state(env.dsn, client) == state
+    staged = await fetch(
+        env.dsn, "SELECT count(*) AS n FROM import_preview_row WHERE job_id = $1", job_id
+    )
+    assert staged[0]["n"] == 0
+    with pytest.raises(ImportAlreadyAppliedError):  # ended: there is nothing left to apply
+        await env.views.apply_preview(client, job_id, f"apply:{job_id}")
