@@ -76,6 +76,7 @@ DEF CPF_LENGTH = 11
 DEF CNPJ_LENGTH = 14
 
 cdef object _MISSING = Reason.MISSING_CPF_CNPJ
+cdef object _keyed_by_channel = _pure_rows.keyed_by_channel
 cdef object _FORMAT = Reason.INVALID_CPF_CNPJ_FORMAT
 cdef object _INVALID_CPF = Reason.INVALID_CPF
 cdef object _INVALID_CNPJ = Reason.INVALID_CNPJ
@@ -609,6 +610,7 @@ cdef class FastRowBuilder:
     cdef tuple _columns  # rows._column tuples: (index, kind, name, channel, custom name)
     cdef Py_ssize_t _width
     cdef object _key_column
+    cdef object _key_channel
 
     def __init__(self, plan, *, international, max_value_chars):
         self.plan = plan
@@ -616,11 +618,8 @@ cdef class FastRowBuilder:
         self._max_value = max_value_chars
         self._columns = tuple(_column_of(c) for c in plan.columns)
         self._width = max((c.index + 1 for c in plan.columns), default=0)
-        self._key_column = (
-            next(c.name for c in plan.columns if c.target.attribute is _pure_rows.Attribute.CPF_CNPJ)
-            if plan.field_count is not None
-            else "cpf_cnpj"
-        )
+        self._key_channel = plan.key_channel
+        self._key_column = _pure_rows.key_column(plan)
 
     def build(self, line, fields):
         """One record → (row or None when invalid, issues); see ``RowBuilder.build``."""
@@ -710,8 +709,13 @@ cdef class FastRowBuilder:
             else:
                 issues.append(_warning(line, <object>PyTuple_GET_ITEM(column, 2), _TOO_LONG, value))
         if key is None:
-            key = _MISSING
-            issues.insert(0, _issue(line, self._key_column, key, None, _SEVERITY_INVALID))
+            if self._key_channel is not None:  # a channel key: the key column's detail
+                key = _keyed_by_channel(line, self._key_channel, self._key_column, details, issues)
+                if key is None:
+                    return None, issues
+            else:
+                key = _MISSING
+                issues.insert(0, _issue(line, self._key_column, key, None, _SEVERITY_INVALID))
         if type(key) is _Reason:
             return None, issues
         row = _allocate(&_ROW)

@@ -13,8 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from importer.core.errors import FileRejectedError, LayoutError
+from importer.core.keys import DedupeKey, parse_key
 from importer.core.models import Attribute, Channel, Reason
-from importer.core.policy import DEFAULT_POLICY, MergePolicy, parse_policy
+from importer.core.policy import DEFAULT_POLICY, ChannelRule, MergePolicy, parse_policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +95,7 @@ class Layout:
     unmapped_as_custom: bool = True
     sheet: str | int | None = None  # XLSX: the sheet's name or 0-based position (None: the first)
     merge: MergePolicy = DEFAULT_POLICY  # per-field merge rules (core.policy)
+    key: DedupeKey = DedupeKey.CPF_CNPJ  # what rows are matched by (core.keys)
 
 
 def parse_target(word: str) -> Target | None:
@@ -114,7 +116,7 @@ def parse_target(word: str) -> Target | None:
 
 # The keys a layout document may hold: anything else is a misspelling, refused by name (a silently
 # ignored ``"delimeter"`` would run the import with defaults).
-LAYOUT_KEYS = ("columns", "delimiter", "encoding", "header", "unmapped", "sheet", "merge")
+LAYOUT_KEYS = ("columns", "delimiter", "encoding", "header", "unmapped", "sheet", "merge", "key")
 
 
 _COLUMN_KEYS = ("column", "target")
@@ -149,6 +151,14 @@ def parse_layout(document: Mapping[str, object]) -> Layout:
     unmapped = document.get("unmapped", "custom")
     if unmapped not in ("custom", "ignore"):
         raise LayoutError("layout.unmapped must be 'custom' or 'ignore'", "layout.unmapped")
+    merge = parse_policy(document.get("merge"))
+    key = parse_key(document.get("key"))
+    if key.channel is not None and merge.channels is ChannelRule.REPLACE:
+        raise LayoutError(
+            f"layout.merge.channels 'replace' cannot go with layout.key {key.value!r}: it would"
+            " drop the values contacts are found by",
+            "layout.merge.channels",
+        )
     return Layout(
         parsed,
         delimiter,
@@ -156,7 +166,8 @@ def parse_layout(document: Mapping[str, object]) -> Layout:
         has_header,
         unmapped == "custom",
         _sheet(document.get("sheet")),
-        parse_policy(document.get("merge")),
+        merge,
+        key,
     )
 
 
@@ -231,6 +242,7 @@ class RowPlan:
 
     columns: tuple[Column, ...]
     field_count: int | None
+    key_channel: Channel | None = None  # the layout's dedupe key channel (None: the CPF/CNPJ)
 
     @property
     def custom_names(self) -> tuple[str, ...]:
@@ -252,7 +264,7 @@ def plan_for_header(header: Sequence[str], layout: Layout | None, max_columns: i
         )
         if target is not None:
             columns.append(Column(index, name or f"column_{index + 1}", target))
-    return _checked_plan(columns, len(names))
+    return _checked_plan(columns, len(names), _key_channel(layout))
 
 
 def plan_for_positions(field_count: int, layout: Layout) -> RowPlan:
@@ -264,7 +276,7 @@ def plan_for_positions(field_count: int, layout: Layout) -> RowPlan:
     ]
     if any(c.index >= field_count for c in columns):
         raise FileRejectedError(Reason.INVALID_LAYOUT, "a layout position is past the last column")
-    return _checked_plan(columns, field_count)
+    return _checked_plan(columns, field_count, layout.key.channel)
 
 
 def plan_for_keys(keys: Sequence[str], layout: Layout | None) -> RowPlan:
@@ -277,7 +289,14 @@ def plan_for_keys(keys: Sequence[str], layout: Layout | None) -> RowPlan:
         if target is not None:
             columns.append(Column(index, key, target))
     _reject_duplicate_attributes(columns)
-    return RowPlan(tuple(columns), None)
+    channel = _key_channel(layout)
+    if channel is not None:
+        _check_key_columns(columns, channel, required=False)
+    return RowPlan(tuple(columns), None, channel)
+
+
+def _key_channel(layout: Layout | None) -> Channel | None:
+    return None if layout is None else layout.key.channel
 
 
 def _implicit_target(name: str, unmapped_as_custom: bool) -> Target | None:
@@ -331,8 +350,32 @@ def _reject_duplicate_attributes(columns: Sequence[Column]) -> None:
         seen[attribute] = column.name
 
 
-def _checked_plan(columns: list[Column], field_count: int) -> RowPlan:
+def _checked_plan(columns: list[Column], field_count: int, key: Channel | None) -> RowPlan:
     _reject_duplicate_attributes(columns)
-    if not any(c.target.attribute is Attribute.CPF_CNPJ for c in columns):
+    if key is not None:
+        _check_key_columns(columns, key, required=True)
+    elif not any(c.target.attribute is Attribute.CPF_CNPJ for c in columns):
         raise FileRejectedError(Reason.MISSING_REQUIRED_COLUMN, "no cpf_cnpj column")
-    return RowPlan(tuple(columns), field_count)
+    return RowPlan(tuple(columns), field_count, key)
+
+
+def _check_key_columns(columns: Sequence[Column], key: Channel, *, required: bool) -> None:
+    """Under a channel key (core.keys): exactly one column of it (at most one in a JSONL
+    object, whose rows without it are ``missing_key``), and no CPF/CNPJ column."""
+    word = DedupeKey(key.name.lower()).value
+    for column in columns:
+        if column.target.attribute is Attribute.CPF_CNPJ:
+            raise FileRejectedError(
+                Reason.INVALID_LAYOUT,
+                f"column {column.name!r} maps to cpf_cnpj, which an import keyed by {word}"
+                " cannot take: map it to 'ignore'",
+            )
+    keyed = [c.name for c in columns if c.target.channel is key]
+    if len(keyed) > 1:
+        names = ", ".join(repr(n) for n in keyed)
+        raise FileRejectedError(
+            Reason.INVALID_LAYOUT,
+            f"columns {names} all map to {word}, the key: map one of them, the others to 'ignore'",
+        )
+    if required and not keyed:
+        raise FileRejectedError(Reason.MISSING_REQUIRED_COLUMN, f"no {word} column (the key)")

@@ -4,7 +4,7 @@ counters, retry routing and the splitting of refused batches."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from importer.core.errors import (
@@ -21,6 +21,7 @@ from importer.core.models import (
     ConflictStrategy,
     Counters,
     JobStatus,
+    RowIssue,
 )
 
 _NON_TERMINAL = frozenset(JobStatus) - TERMINAL_STATUSES
@@ -267,6 +268,18 @@ def batch_counters(batch: Batch, strategy: ConflictStrategy, new_keys: int) -> C
         updated=rest if strategy is ConflictStrategy.MERGE else 0,
         ignored=rest if strategy is ConflictStrategy.DISCARD else 0,
         invalid=batch.invalid,
+    )
+
+
+def with_refused_rows(batch: Batch, refused: Sequence[RowIssue]) -> Batch:
+    """The batch with the rows of ``refused`` (invalid issues the store found out, such as a
+    channel key's ``ambiguous_key``) moved from its valid rows to its invalid ones."""
+    lines = {issue.line for issue in refused}
+    return replace(
+        batch,
+        rows=tuple(r for r in batch.rows if r.line not in lines),
+        issues=(*batch.issues, *refused),
+        invalid=batch.invalid + len(lines),
     )
 
 

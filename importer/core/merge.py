@@ -77,6 +77,9 @@ class BatchPlan:
     marks: list[tuple[int, str]] = field(default_factory=list)
     detail_deletions: list[tuple[int, int, str]] = field(default_factory=list)
     detail_revivals: list[tuple[int, int, str]] = field(default_factory=list)
+    # Whether the keys are CPF/CNPJs, the new contacts' ``cpf_cnpj`` (a channel key's are
+    # written without one: core.keys).
+    cpf_keys: bool = True
 
     @property
     def new_keys(self) -> int:

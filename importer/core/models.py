@@ -94,6 +94,9 @@ class Reason(enum.StrEnum):
     NUL_BYTE = "nul_byte"
     MALFORMED_JSON = "malformed_json"
     NOT_AN_OBJECT = "not_an_object"
+    # row invalid under a layout's other dedupe key (core.keys)
+    MISSING_KEY = "missing_key"  # the row has no (valid) value of the key channel
+    AMBIGUOUS_KEY = "ambiguous_key"  # two live stored contacts have the value: never a guess
     # warnings: the value is dropped, the row imports
     INVALID_PHONE = "invalid_phone"
     INVALID_EMAIL = "invalid_email"

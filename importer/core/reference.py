@@ -4,6 +4,10 @@
 "Conflict strategies" and the layout's merge policy (``core.policy``); it is deliberately naive
 so it can be read as the specification. Tests compare the PostgreSQL result with it; the
 benchmark uses it to compute the final rows.
+
+Why this module is long: the model and :class:`InMemoryStore` are one specification, the
+semantics and the Store contract (``importer.ports.Store``) at their most literal, read side by
+side; every store method is a few lines over the model.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from importer.core import lifecycle, threshold
+from importer.core import keys, lifecycle, threshold
 from importer.core import policy as rules
 from importer.core.errors import (
     IllegalTransitionError,
@@ -64,12 +68,17 @@ class ImportTrace:
     written: set[tuple[int, str, str]] = field(default_factory=set)  # (client, key, target)
 
 
+CREATED_PREFIX = "#"  # a channel key's new contact: no CPF/CNPJ, an identity of the model's
+
+
 @dataclass(slots=True)
 class ReferenceModel:
-    """Contacts by (client_id, key); ``apply`` is the semantics of one import, row by row."""
+    """Contacts by (client_id, identity): the CPF/CNPJ, or for a contact a channel-keyed import
+    created, ``#<n>``. ``apply`` is the semantics of one import, row by row."""
 
     contacts: dict[tuple[int, str], ContactState] = field(default_factory=dict)
     traces: dict[object, ImportTrace] = field(default_factory=dict)  # by import
+    created: int = 0  # contacts channel-keyed imports created
 
     def apply(
         self,
@@ -78,16 +87,35 @@ class ReferenceModel:
         strategy: ConflictStrategy,
         policy: MergePolicy = DEFAULT_POLICY,
         import_id: object = None,
+        key_channel: Channel | None = None,
+        refused: list[ContactRow] | None = None,
     ) -> Counters:
         """Apply valid rows in file order; return inserted/updated/ignored (rows_read = rows).
-        Calls with the same ``import_id`` are one import (None: a new one each call)."""
+        Calls with the same ``import_id`` are one import (None: a new one each call).
+
+        With ``key_channel`` (core.keys) a row's key is a value of that channel: it names the
+        one live contact that has it, or a new one; a row whose value two contacts have is
+        ``invalid`` (and appended to ``refused``)."""
         fresh = ImportTrace()
         trace = fresh if import_id is None else self.traces.setdefault(import_id, fresh)
         traced = not policy.is_default  # the default's rules need no trace (nor its memory)
         counters = Counters()
         for row in rows:
             counters.rows_read += 1
-            key = (client_id, row.cpf_cnpj)
+            if key_channel is None:
+                key = (client_id, row.cpf_cnpj)
+            else:
+                found = self.holders(client_id, key_channel, row.cpf_cnpj)
+                if len(found) > 1:
+                    counters.invalid += 1
+                    if refused is not None:
+                        refused.append(row)
+                    continue
+                if found:
+                    key = found[0]
+                else:
+                    self.created += 1
+                    key = (client_id, f"{CREATED_PREFIX}{self.created}")
             existing = self.contacts.get(key)
             if existing is None:
                 self.contacts[key] = existing = ContactState(None, None)
@@ -101,6 +129,14 @@ class ReferenceModel:
             else:
                 counters.ignored += 1
         return counters
+
+    def holders(self, client_id: int, channel: Channel, value: str) -> list[tuple[int, str]]:
+        """The client's contacts that have ``value`` in ``channel`` (naive: the specification)."""
+        return [
+            key
+            for key, state in self.contacts.items()
+            if key[0] == client_id and (channel, value) in state.details
+        ]
 
     def client_state(self, client_id: int) -> dict[str, ContactState]:
         return {key: state for (client, key), state in self.contacts.items() if client == client_id}
@@ -309,7 +345,16 @@ class InMemoryStore:
         if lane and not self._in_lane(job, batch):
             return None
         policy = rules.policy_of(job.layout)
-        applied = self.model.apply(job.client_id, batch.rows, job.strategy, policy, job.id)
+        channel = keys.key_channel_of(job.layout)
+        refused: list[ContactRow] = []
+        applied = self.model.apply(
+            job.client_id, batch.rows, job.strategy, policy, job.id, channel, refused
+        )
+        if refused:
+            assert channel is not None
+            batch = lifecycle.with_refused_rows(
+                batch, [keys.ambiguous_issue(r, channel) for r in refused]
+            )
         counters = Counters(
             rows_read=batch.rows_read,
             inserted=applied.inserted,
@@ -390,16 +435,48 @@ class InMemoryStore:
         self, job: Job, fields: Sequence[str]
     ) -> tuple[PreviewBuilder, list[str]]:
         wanted = {name.lower() for name in fields}
-        rows = sorted(self.staged.get(job.id, ()), key=lambda r: (r.cpf_cnpj.encode(), r.line))
+        staged = self.staged.get(job.id, [])
         builder = PreviewBuilder(job.strategy, rules.policy_of(job.layout))
+        channel = keys.key_channel_of(job.layout)
+        identity: dict[str, tuple[int, str]] = {}  # key → its stored contact's
+        if channel is not None:
+            staged = self._resolved_staged(job, channel, staged, builder, identity)
+        rows = sorted(staged, key=lambda r: (r.cpf_cnpj.encode(), r.line))
         for key, key_rows in itertools.groupby(rows, key=lambda r: r.cpf_cnpj):
-            state = self.model.contacts.get((job.client_id, key))
+            state = self.model.contacts.get(identity.get(key, (job.client_id, key)))
             builder.add(list(key_rows), None if state is None else _stored(state, wanted))
         new = [n for n in fields if (job.client_id, n.lower()) not in self.custom_fields]
         return builder, new
 
     async def clear_preview(self, job_id: uuid.UUID) -> None:
         self.staged.pop(job_id, None)
+
+    def _resolved_staged(
+        self,
+        job: Job,
+        channel: Channel,
+        staged: list[ContactRow],
+        builder: PreviewBuilder,
+        identity: dict[str, tuple[int, str]],
+    ) -> list[ContactRow]:
+        """A channel-keyed preview's rows (PostgresPreviews.plan_by_channel, in memory): the
+        ambiguous ones refused, the keys of one stored contact under the smallest of them;
+        ``identity`` learns each canonical key's contact."""
+        holders = {
+            key: self.model.holders(job.client_id, channel, key)
+            for key in {r.cpf_cnpj for r in staged}
+        }
+        refused = [r for r in staged if len(holders[r.cpf_cnpj]) > 1]
+        if refused:
+            builder.add_invalid(len(refused))
+            self.issues[job.id].extend(keys.ambiguous_issue(r, channel) for r in refused)
+        numbered = {found[0]: n for n, found in enumerate(holders.values()) if len(found) == 1}
+        contact_of = {k: numbered[f[0]] for k, f in holders.items() if len(f) == 1}
+        unified = keys.unify([r for r in staged if len(holders[r.cpf_cnpj]) <= 1], contact_of)
+        identity.update(
+            {r.cpf_cnpj: holders[r.cpf_cnpj][0] for r in unified if r.cpf_cnpj in contact_of}
+        )
+        return unified
 
     async def rest_ready(
         self,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from importer.core.keys import DedupeKey, keyed_by_channel
 from importer.core.layout import Column, RowPlan
 from importer.core.models import (
     Attribute,
@@ -88,11 +89,8 @@ class RowBuilder:
         self._max_value = max_value_chars
         self._columns = tuple(_column(c) for c in plan.columns)
         self._width = max((c.index + 1 for c in plan.columns), default=0)
-        self._key_column = (
-            next(c.name for c in plan.columns if c.target.attribute is Attribute.CPF_CNPJ)
-            if plan.field_count is not None
-            else "cpf_cnpj"
-        )
+        self._key_channel = plan.key_channel
+        self._key_column = key_column(plan)
 
     def build(  # noqa: PLR0912, PLR0915 - the hot path: see the comment inside
         self, line: int, fields: Sequence[str]
@@ -166,12 +164,29 @@ class RowBuilder:
             else:
                 issues.append(_warning(line, column, Reason.VALUE_TOO_LONG, value))
         if key is None:
-            key = Reason.MISSING_CPF_CNPJ
-            issues.insert(0, RowIssue(line, self._key_column, key, None, Severity.INVALID))
+            if self._key_channel is not None:  # a channel key: the key column's detail
+                key = keyed_by_channel(line, self._key_channel, self._key_column, details, issues)
+                if key is None:
+                    return None, issues
+            else:
+                key = Reason.MISSING_CPF_CNPJ
+                issues.insert(0, RowIssue(line, self._key_column, key, None, Severity.INVALID))
         if type(key) is Reason:
             return None, issues
         row = new_contact_row(line, key, name, street_address, tuple(details), tuple(custom))
         return row, issues
+
+
+def key_column(plan: RowPlan) -> str:
+    """The column a missing key's issue names: the key's column (a CSV's by its name), else
+    the key's own name (a JSONL object without it)."""
+    channel = plan.key_channel
+    if channel is None:
+        if plan.field_count is None:
+            return "cpf_cnpj"
+        return next(c.name for c in plan.columns if c.target.attribute is Attribute.CPF_CNPJ)
+    word = DedupeKey(channel.name.lower()).value
+    return next((c.name for c in plan.columns if c.target.channel is channel), word)
 
 
 _REPORT_VALUE_CHARS = 1024

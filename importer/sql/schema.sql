@@ -34,6 +34,11 @@ CREATE UNIQUE INDEX IF NOT EXISTS contact_details_contact_channel_value_key
     ON contact_details (contact_id, channel_id, value)
     WHERE deleted_at IS NULL;
 
+-- An import keyed by a channel (layout "key": email, phone, whatsapp) finds contacts by value.
+CREATE INDEX IF NOT EXISTS contact_details_client_channel_value_idx
+    ON contact_details (client_id, channel_id, value)
+    WHERE deleted_at IS NULL;
+
 CREATE TABLE IF NOT EXISTS custom_field (
     id             serial PRIMARY KEY,
     client_id      integer NOT NULL,

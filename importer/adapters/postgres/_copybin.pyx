@@ -341,6 +341,7 @@ def encode_plan(plan, ids, client, job_id, dict field_ids):
     cdef Py_ssize_t i, n = len(entries)
     cdef object entry, cid, d, pair
     cdef tuple payloads
+    cdef bint cpf_keys = plan.cpf_keys
     if len(id_list) != n:
         raise ValueError(f"{len(id_list)} ids for {n} new contacts")
     # The lookups first, in plan_rows's order: a missing custom field id raises before any byte.
@@ -364,7 +365,9 @@ def encode_plan(plan, ids, client, job_id, dict field_ids):
             start_row(&buf, 6)
             put_field(&buf, id_list[i], K_INT8, uuids)
             put_field(&buf, client, K_INT4, uuids)
-            if type(entry) is ContactRow:
+            if not cpf_keys:  # a channel key (core.keys): no CPF/CNPJ
+                put_field(&buf, None, K_TEXT, uuids)
+            elif type(entry) is ContactRow:
                 put_field(&buf, entry.cpf_cnpj, K_TEXT, uuids)
             else:
                 put_field(&buf, entry.key, K_TEXT, uuids)

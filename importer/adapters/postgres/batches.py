@@ -16,10 +16,10 @@ from typing import Any, cast
 
 import asyncpg
 
-from importer.adapters.postgres import copybin
+from importer.adapters.postgres import contacts, copybin
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.adapters.postgres.records import storable_text
-from importer.core import failpoints, lifecycle, merge, policy
+from importer.core import failpoints, keys, lifecycle, merge, policy
 from importer.core.errors import (
     BatchAlreadyAppliedError,
     LaneNotReadyError,
@@ -133,7 +133,11 @@ class PostgresBatches:
                         return None
                     if failpoints.armed is not None:
                         await failpoints.armed.reach(failpoints.chunk_point(batch.chunk_no))
-                    new_keys = await self._write_rows(conn, job, batch.rows) if batch.rows else 0
+                    new_keys, refused = (
+                        await self._write_rows(conn, job, batch.rows) if batch.rows else (0, [])
+                    )
+                    if refused:  # a channel key's ambiguous rows: invalid after all
+                        batch = lifecycle.with_refused_rows(batch, refused)
                     await self._write_issues(conn, job.id, batch.issues)
                     if failpoints.armed is not None:
                         await failpoints.armed.reach(failpoints.AFTER_COPY_BEFORE_COMMIT)
@@ -264,17 +268,29 @@ class PostgresBatches:
         if not recorded:
             raise BatchAlreadyAppliedError()
 
-    async def _write_rows(self, conn: Conn, job: Job, rows: Sequence[ContactRow]) -> int:
-        """Decide the batch's writes from the stored state, then make only those."""
+    async def _write_rows(
+        self, conn: Conn, job: Job, rows: Sequence[ContactRow]
+    ) -> tuple[int, list[RowIssue]]:
+        """Decide the batch's writes from the stored state, then make only those. Returns the
+        new keys and the rows refused as ``ambiguous_key`` (a channel key's: core.keys)."""
         rules = self._policy(job)
-        folded = merge.fold_rows(rows, job.strategy, rules)
-        if rules.is_default:
-            stored = await self._stored_contacts(conn, job, sorted(folded))
+        channel = keys.key_channel_of(job.layout)
+        refused: list[RowIssue] = []
+        if channel is not None:
+            names = {i: lower for lower, i in self._client_field_ids(job.client_id).items()}
+            folded, stored, refused = await contacts.resolved_batch(
+                conn, self._q, job, rows, (channel, rules, names)
+            )
         else:
-            stored = await self._stored_with_provenance(conn, job, sorted(folded))
+            folded = merge.fold_rows(rows, job.strategy, rules)
+            if rules.is_default:
+                stored = await self._stored_contacts(conn, job, sorted(folded))
+            else:
+                stored = await self._stored_with_provenance(conn, job, sorted(folded))
         plan = merge.plan_batch(folded, job.strategy, stored, rules)
+        plan.cpf_keys = channel is None
         await self._write_plan(conn, job, plan)
-        return plan.new_keys
+        return plan.new_keys, refused
 
     def _policy(self, job: Job) -> policy.MergePolicy:
         """The job's merge policy, parsed once per job (DISCARD ignores it). The run parsed the
@@ -296,7 +312,8 @@ class PostgresBatches:
         self, conn: Conn, job: Job, keys: list[str]
     ) -> dict[str, merge.StoredContact]:
         names = {i: lower for lower, i in self._client_field_ids(job.client_id).items()}
-        return await stored_contacts(conn, self._q["find_contacts"], job.client_id, keys, names)
+        query = self._q["find_contacts"]
+        return await contacts.stored_contacts(conn, query, job.client_id, keys, names)
 
     async def _stored_with_provenance(
         self, conn: Conn, job: Job, keys: list[str]
@@ -305,7 +322,7 @@ class PostgresBatches:
         names = {i: lower for lower, i in self._client_field_ids(job.client_id).items()}
         query = self._q["find_contacts_with_provenance"]
         rows = await conn.fetch(query, job.client_id, keys, list(names), job.id)
-        return {r["cpf_cnpj"]: _stored_with_provenance(r, names) for r in rows}
+        return {r["cpf_cnpj"]: contacts.stored_with_provenance(r, names) for r in rows}
 
     async def _write_plan(self, conn: Conn, job: Job, plan: merge.BatchPlan) -> None:
         """COPY the new contacts, channels and custom values; then update what MERGE changes in
@@ -426,42 +443,3 @@ async def copy_messages(payload: memoryview) -> AsyncIterator[memoryview]:
 def _columns(changes: Sequence[tuple[int, int, str]]) -> list[list[object]]:
     """(contact, channel, value) changes as three parameter arrays, in one lock order."""
     return [list(column) for column in zip(*sorted(changes), strict=True)]
-
-
-def _stored_with_provenance(r: asyncpg.Record, names: dict[int, str]) -> merge.StoredContact:
-    """A find_contacts_with_provenance row as a stored contact with its provenance."""
-    channels, field_ids = r["channels"], r["field_ids"]
-    revivable = r["revivable_channels"]
-    return merge.StoredContact(
-        r["id"],
-        r["name"],
-        r["street_address"],
-        frozenset(zip(channels, r["detail_values"], strict=True)) if channels else frozenset(),
-        {names[i]: v for i, v in zip(field_ids, r["field_values"], strict=True)}
-        if field_ids
-        else {},
-        r["own"],
-        frozenset(r["targets"] or ()),
-        frozenset(zip(revivable, r["revivable_values"], strict=True)) if revivable else frozenset(),
-    )
-
-
-async def stored_contacts(
-    conn: Conn, find_contacts: str, client: int, keys: list[str], names: dict[int, str]
-) -> dict[str, merge.StoredContact]:
-    """The stored live contacts of ``keys`` with their channels and their values of the custom
-    fields ``names`` (id → lower-case name), by key."""
-    stored = {}
-    for r in await conn.fetch(find_contacts, client, keys, list(names)):
-        channels, values = r["channels"], r["detail_values"]
-        field_ids, field_values = r["field_ids"], r["field_values"]
-        stored[r["cpf_cnpj"]] = merge.StoredContact(
-            r["id"],
-            r["name"],
-            r["street_address"],
-            frozenset(zip(channels, values, strict=True)) if channels else frozenset(),
-            {names[i]: v for i, v in zip(field_ids, field_values, strict=True)}
-            if field_ids
-            else {},
-        )
-    return stored

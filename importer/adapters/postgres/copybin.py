@@ -112,11 +112,11 @@ def plan_rows(
     customs: Rows = [
         (cid, client, field_ids[name.lower()], value) for cid, name, value in plan.custom_inserts
     ]
+    cpf_keys = plan.cpf_keys
     for contact_id, entry in zip(ids, plan.new_contacts, strict=True):
         contact = merged(entry)
-        contacts.append(
-            (contact_id, client, contact.key, contact.name, contact.street_address, job_id)
-        )
+        cpf = contact.key if cpf_keys else None
+        contacts.append((contact_id, client, cpf, contact.name, contact.street_address, job_id))
         details += [
             (contact_id, client, d.channel, d.value, d.country_code, d.country)
             for d in contact.details.values()

@@ -21,10 +21,10 @@ from importer.adapters.postgres.batches import (
     ROW_ERROR_COLUMNS,
     copy_messages,
     issue_records,
-    stored_contacts,
 )
+from importer.adapters.postgres.contacts import stored_contact, stored_contacts
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
-from importer.core import lifecycle
+from importer.core import keys, lifecycle
 from importer.core.errors import IllegalTransitionError, LeaseLostError
 from importer.core.models import (
     Channel,
@@ -60,7 +60,7 @@ def _extra(row: ContactRow) -> str:
 _CHANNELS = {int(c): c for c in Channel}  # a dict lookup: Channel(c) is ten times slower
 
 
-def _row(record: asyncpg.Record) -> ContactRow:
+def _row(record: asyncpg.Record | tuple[Any, ...]) -> ContactRow:
     key, line, name, address, extra = record
     decoded = orjson.loads(extra)
     return new_contact_row(
@@ -96,7 +96,11 @@ class PostgresPreviews:
         """The job's staged rows planned against the client's contacts (see :meth:`plan`), and
         the custom fields of ``fields`` the client does not have (the import would create)."""
         policy = policy_of(job.layout)
-        builder = await self.plan(job.id, job.client_id, job.strategy, fields, policy=policy)
+        channel = keys.key_channel_of(job.layout)
+        if channel is not None:
+            builder = await self.plan_by_channel(job, channel, fields, policy)
+        else:
+            builder = await self.plan(job.id, job.client_id, job.strategy, fields, policy=policy)
         with translated_errors():
             rows = await self._pool.fetch(self._q["custom_field_ids"], job.client_id, list(fields))
         known = {r["key"] for r in rows}
@@ -131,6 +135,64 @@ class PostgresPreviews:
                     await self._plan_group(conn, builder, client_id, done, names)
                 await self._plan_group(conn, builder, client_id, pending, names)
         return builder
+
+    async def plan_by_channel(
+        self, job: Job, channel: Channel, fields: Sequence[str], policy: MergePolicy
+    ) -> PreviewBuilder:
+        """:meth:`plan` of a preview keyed by ``channel`` (core.keys): the staged rows grouped
+        by the stored contact their key resolves to (or their own key when new); the rows of an
+        ambiguous key are invalid ``ambiguous_key``, in the preview's report too."""
+        builder = PreviewBuilder(job.strategy, policy)
+        refused: list[RowIssue] = []
+        with translated_errors():
+            async with pooled(self._pool) as conn, conn.transaction(readonly=True):
+                names = await self._field_names(conn, job.client_id, fields)
+                query = self._q["preview_rows_by_channel"]
+                cursor = await conn.cursor(query, job.id, job.client_id, int(channel))
+                pending: list[tuple[ContactRow, int | None]] = []
+                while records := await cursor.fetch(_GROUP_ROWS):
+                    for record in records:
+                        row = _row(record[:5])
+                        if record["matches"] > 1:
+                            refused.append(keys.ambiguous_issue(row, channel))
+                        else:
+                            pending.append((row, record["contact_id"]))
+                    if len(records) == _GROUP_ROWS and pending:  # the last key may go on
+                        last = pending[-1][0].cpf_cnpj
+                        done = [p for p in pending if p[0].cpf_cnpj != last]
+                        pending = [p for p in pending if p[0].cpf_cnpj == last]
+                    else:
+                        done, pending = pending, []
+                    await self._plan_resolved(conn, builder, job.client_id, done, names)
+                await self._plan_resolved(conn, builder, job.client_id, pending, names)
+        if refused:
+            builder.add_invalid(len(refused))
+            await self.add_row_issues(job.id, refused)
+        return builder
+
+    async def _plan_resolved(
+        self,
+        conn: Conn,
+        builder: PreviewBuilder,
+        client_id: int,
+        rows: list[tuple[ContactRow, int | None]],
+        names: dict[int, str],
+    ) -> None:
+        """:meth:`_plan_group` of rows whose keys are resolved to stored contacts (or None)."""
+        if not rows:
+            return
+        by_key: dict[str, list[ContactRow]] = {}
+        contact_of: dict[str, int] = {}
+        for row, contact_id in rows:
+            by_key.setdefault(row.cpf_cnpj, []).append(row)
+            if contact_id is not None:
+                contact_of[row.cpf_cnpj] = contact_id
+        query = self._q["find_contacts_by_id"]
+        records = await conn.fetch(query, client_id, sorted(set(contact_of.values())), list(names))
+        by_id = {r["id"]: stored_contact(r, names) for r in records}
+        for key, key_rows in by_key.items():  # in key order: the rows came sorted
+            contact_id = contact_of.get(key)
+            builder.add(key_rows, None if contact_id is None else by_id.get(contact_id))
 
     async def clear_preview(self, job_id: uuid.UUID) -> None:
         with translated_errors():

@@ -60,6 +60,62 @@ CROSS JOIN LATERAL (
     WHERE mm.job_id = $4 AND mm.contact_id = c.id AND mm.replaced <> '{}'
 ) AS r;
 
+-- name: resolve_channel_keys
+-- An import keyed by a channel ($3, core.keys): each key ($2) that is a live value of that
+-- channel of the client's live contacts, with how many contacts have it (more than one: the
+-- rows are ambiguous_key) and the one when there is one. One probe per key of
+-- contact_details_client_channel_value_idx.
+SELECT k.key, m.matches, m.contact_id
+FROM unnest($2::text[]) AS k (key)
+CROSS JOIN LATERAL (
+    SELECT count(*) AS matches, min(x.contact_id) AS contact_id
+    FROM contact_details x
+    JOIN contact c ON c.id = x.contact_id AND c.client_id = $1 AND c.deleted_at IS NULL
+    WHERE x.client_id = $1 AND x.channel_id = $3 AND x.value = k.key AND x.deleted_at IS NULL
+) AS m
+WHERE m.matches > 0;
+
+-- name: find_contacts_by_id
+-- find_contacts for the contacts a channel key resolved to (resolve_channel_keys): by id.
+SELECT c.id, c.name, c.street_address,
+       d.channels, d.detail_values, f.field_ids, f.field_values
+FROM contact c
+CROSS JOIN LATERAL (
+    SELECT array_agg(channel_id) AS channels, array_agg(value) AS detail_values
+    FROM contact_details WHERE contact_id = c.id AND deleted_at IS NULL
+) AS d
+CROSS JOIN LATERAL (
+    SELECT array_agg(custom_field_id) AS field_ids, array_agg(value) AS field_values
+    FROM contact_custom_fields WHERE contact_id = c.id AND custom_field_id = ANY($3::int[])
+) AS f
+WHERE c.id = ANY($2::bigint[]) AND c.client_id = $1 AND c.deleted_at IS NULL;
+
+-- name: find_contacts_by_id_with_provenance
+-- find_contacts_with_provenance by id (an import keyed by a channel with a non-default policy).
+SELECT c.id, c.name, c.street_address, c.import_job_id IS NOT DISTINCT FROM $4 AS own,
+       d.channels, d.detail_values, f.field_ids, f.field_values, m.targets,
+       r.channels AS revivable_channels, r.detail_values AS revivable_values
+FROM contact c
+CROSS JOIN LATERAL (
+    SELECT array_agg(channel_id) AS channels, array_agg(value) AS detail_values
+    FROM contact_details WHERE contact_id = c.id AND deleted_at IS NULL
+) AS d
+CROSS JOIN LATERAL (
+    SELECT array_agg(custom_field_id) AS field_ids, array_agg(value) AS field_values
+    FROM contact_custom_fields WHERE contact_id = c.id AND custom_field_id = ANY($3::int[])
+) AS f
+CROSS JOIN LATERAL (
+    SELECT array_agg(target) AS targets FROM import_merge_mark
+    WHERE job_id = $4 AND contact_id = c.id
+) AS m
+CROSS JOIN LATERAL (
+    SELECT array_agg(x.channel_id) AS channels, array_agg(x.value) AS detail_values
+    FROM import_merge_mark mm
+    JOIN contact_details x ON x.id = ANY(mm.replaced) AND x.deleted_at IS NOT NULL
+    WHERE mm.job_id = $4 AND mm.contact_id = c.id AND mm.replaced <> '{}'
+) AS r
+WHERE c.id = ANY($2::bigint[]) AND c.client_id = $1 AND c.deleted_at IS NULL;
+
 -- name: insert_merge_marks
 -- What a batch of import $1 did under its merge policy: contact $2[i] had target $3[i] set.
 -- A plain insert: a batch marks only what no earlier batch of the import marked.
