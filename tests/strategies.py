@@ -102,3 +102,57 @@ def merge_documents(draw: st.DrawFn) -> dict[str, str]:
         "channels": st.sampled_from(["union", "replace"]),
     }
     return {key: draw(rule) for key, rule in candidates.items() if draw(st.booleans())}
+
+
+# A file keyed by e-mail (layout {"key": "email"}, core.keys): no CPF column; the key pool meets
+# the e-mails of rows() so that preloaded contacts share them (ambiguous keys) or hold several.
+EMAIL_HEADER = ["nome", "email", "celular", "plano", "cidade"]
+EMAIL_KEYS = {
+    "a@x.com.br": "a@x.com.br",
+    "B@X.COM.BR": "B@x.com.br",
+    "c@y.com.br": "c@y.com.br",
+    "d@y.com.br": "d@y.com.br",
+    "": None,
+    "bad-email": None,
+}
+EMAIL_LAYOUT: dict[str, object] = {"key": "email"}
+
+
+@st.composite
+def email_rows(draw: st.DrawFn) -> GeneratedRow:
+    """A row of an e-mail-keyed file: its key is its (normalized) e-mail; none or a bad one makes
+    it invalid (``missing_key``, ``invalid_email``)."""
+    name = draw(st.sampled_from(["", "Ana", "Bia", "  Caio  ", 'João, "Jr"']))
+    email = draw(st.sampled_from(sorted(EMAIL_KEYS)))
+    phone = draw(st.sampled_from(sorted(PHONES)))
+    plan = draw(st.sampled_from(["", "p1", "p2"]))
+    city = draw(st.sampled_from(["", "São Paulo", "Recife"]))
+    if not email:
+        name = name or "Zed"  # an all-empty record is skipped, not counted: keep one value
+    cells = (name, email, phone, plan, city)
+    key = EMAIL_KEYS[email]
+    if key is None:
+        return GeneratedRow(cells, None)
+    details = [Detail(Channel.EMAIL, key)]
+    if PHONES[phone]:
+        details.append(Detail(Channel.PHONE, PHONES[phone]))
+    custom = tuple((f, v) for f, v in (("plano", plan), ("cidade", city)) if v)
+    expected = ContactRow(0, key, name.strip() or None, None, tuple(details), custom)
+    return GeneratedRow(cells, expected)
+
+
+def email_csv_bytes(generated: list[GeneratedRow]) -> bytes:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(EMAIL_HEADER)
+    for row in generated:
+        writer.writerow(row.cells)
+    return out.getvalue().encode("utf-8")
+
+
+@st.composite
+def keyed_merge_documents(draw: st.DrawFn) -> dict[str, str]:
+    """:func:`merge_documents` without ``replace`` (refused with a channel key)."""
+    document = draw(merge_documents())
+    document.pop("channels", None)
+    return document

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,9 +13,9 @@ import asyncpg
 from importer.adapters.postgres.pool import connect_pool
 from importer.adapters.postgres.queue import PostgresJobQueue
 from importer.adapters.storage.files import LocalFileSource
-from importer.core.layout import Layout
+from importer.core.layout import Layout, parse_layout
 from importer.core.models import Channel, ConflictStrategy, InputFormat
-from importer.core.reference import ContactState
+from importer.core.reference import CREATED_PREFIX, ContactState
 from importer.services.local import ImportOutcome, ImportRequest, import_source
 from importer.services.runs import format_for
 from importer.settings import Settings
@@ -41,8 +41,12 @@ async def import_file(
     concurrency: int = 2,
     layout: Layout | None = None,
     input_format: InputFormat | None = None,
+    layout_document: dict[str, object] | None = None,
 ) -> ImportOutcome:
-    """Run a whole import in this process against ``dsn`` and check the counter identity."""
+    """Run a whole import in this process against ``dsn`` and check the counter identity (a
+    ``layout_document`` is the job's layout, parsed for ``layout`` too)."""
+    if layout_document is not None:
+        layout = parse_layout(layout_document)
     settings = Settings(database_url=dsn, chunk_size=chunk_size, concurrency=concurrency)
     request = ImportRequest(
         client_id=client_id,
@@ -51,6 +55,7 @@ async def import_file(
         chunk_size=chunk_size,
         concurrency=concurrency,
         layout=layout,
+        layout_document=layout_document,
     )
     pool = await connect_pool(dsn, concurrency + 2)  # + the client's turn, + one
     try:
@@ -92,6 +97,63 @@ async def db_state(dsn: str, client_id: int) -> dict[str, ContactState]:
         return state
     finally:
         await conn.close()
+
+
+Contact = tuple[object, ...]  # a contact compared by its values: (cpf, name, address, ...)
+
+
+def contact_values(cpf: str | None, state: ContactState) -> Contact:
+    return (
+        cpf,
+        state.name,
+        state.street_address,
+        tuple(sorted((int(c), v) for c, v in state.details)),
+        tuple(sorted(state.custom_fields.items())),
+    )
+
+
+def model_contacts(states: Mapping[str, ContactState]) -> list[Contact]:
+    """The reference model's contacts of a client as a sorted list of their values (a contact a
+    channel-keyed import created has no CPF: its identity is the model's own)."""
+    return sorted(
+        (
+            contact_values(None if key.startswith(CREATED_PREFIX) else key, state)
+            for key, state in states.items()
+        ),
+        key=repr,
+    )
+
+
+async def db_contacts(dsn: str, client_id: int) -> list[Contact]:
+    """The client's live contacts as :func:`model_contacts` has them (for contacts without a CPF,
+    whose ``db_state`` keys would meet)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        states: dict[int, tuple[str | None, ContactState]] = {
+            r["id"]: (r["cpf_cnpj"], ContactState(r["name"], r["street_address"]))
+            for r in await conn.fetch(
+                "SELECT id, cpf_cnpj, name, street_address FROM contact"
+                " WHERE client_id = $1 AND deleted_at IS NULL",
+                client_id,
+            )
+        }
+        for r in await conn.fetch(
+            "SELECT d.contact_id, d.channel_id, d.value FROM contact_details d"
+            " JOIN contact c ON c.id = d.contact_id"
+            " WHERE c.client_id = $1 AND c.deleted_at IS NULL AND d.deleted_at IS NULL",
+            client_id,
+        ):
+            states[r["contact_id"]][1].details.add((Channel(r["channel_id"]), r["value"]))
+        for r in await conn.fetch(
+            "SELECT v.contact_id, lower(f.name) AS field, v.value FROM contact_custom_fields v"
+            " JOIN contact c ON c.id = v.contact_id JOIN custom_field f ON f.id = v.custom_field_id"
+            " WHERE c.client_id = $1 AND c.deleted_at IS NULL",
+            client_id,
+        ):
+            states[r["contact_id"]][1].custom_fields[r["field"]] = r["value"]
+    finally:
+        await conn.close()
+    return sorted((contact_values(cpf, state) for cpf, state in states.values()), key=repr)
 
 
 async def fetch(dsn: str, query: str, *args: object) -> list[asyncpg.Record]:

@@ -182,9 +182,19 @@ def plans(draw: st.DrawFn) -> RowPlan:
         for index, target in sorted(zip(positions, targets, strict=True))
     )
     has_key = any(c.target.attribute is Attribute.CPF_CNPJ for c in columns)
+    # A channel key (core.keys) where one column of the channel and no CPF column are drawn.
+    keyable = [c.target.channel for c in columns if c.target.channel in _KEY_CHANNELS]
+    once = [k for k in keyable if keyable.count(k) == 1]
+    key_channel = (
+        draw(st.sampled_from(once)) if once and not has_key and draw(st.booleans()) else None
+    )
     width = max((c.index + 1 for c in columns), default=0)
-    field_count = width + draw(st.integers(0, 2)) if has_key and draw(st.booleans()) else None
-    return RowPlan(columns, field_count)
+    keyed = has_key or key_channel is not None
+    field_count = width + draw(st.integers(0, 2)) if keyed and draw(st.booleans()) else None
+    return RowPlan(columns, field_count, key_channel)
+
+
+_KEY_CHANNELS = (Channel.EMAIL, Channel.PHONE, Channel.WHATSAPP)
 
 
 field_values = st.one_of(

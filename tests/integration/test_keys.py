@@ -1,0 +1,115 @@
+"""Imports keyed by a channel (layout ``"key"``, core.keys) on the real PostgreSQL: matched by
+the key's value among the client's live contacts, ambiguous and missing keys invalid with their
+reason, several keys of one contact merged into it, new contacts without a CPF."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tests.support import cpf, fetch, import_file, write_csv
+
+pytestmark = pytest.mark.integration
+
+EMAIL = {"key": "email"}
+
+
+def _preload(tmp: Path) -> Path:
+    """Two contacts share a@x.com (ambiguous); one holds c@x.com and d@x.com."""
+    return write_csv(
+        tmp / "pre.csv",
+        ["cpf", "nome", "email", "plano"],
+        [
+            [cpf(1), "Ana", "a@x.com", "p1"],
+            [cpf(2), "Bia", "a@x.com", ""],
+            [cpf(3), "Caio", "c@x.com", "p1"],
+            [cpf(3), "", "d@x.com", ""],
+        ],
+    )
+
+
+def _body(tmp: Path) -> Path:
+    return write_csv(
+        tmp / "body.csv",
+        ["nome", "email", "celular", "plano"],
+        [
+            ["Ana Nova", "a@x.com", "", "p2"],  # 2: ambiguous: two contacts have it
+            ["Caio C", "d@x.com", "", "p3"],  # 3: contact 3
+            ["", "c@x.com", "(11) 91234-5678", ""],  # 4: contact 3 too, after line 3
+            ["Eva", "e@x.com", "", "p9"],  # 5: new, without a CPF
+            ["Eva E", "e@x.com", "", ""],  # 6: the same new contact
+            ["Zed", "", "", "p1"],  # 7: missing_key
+            ["Yan", "not-an-email", "", ""],  # 8: invalid_email, invalid under the key
+        ],
+    )
+
+
+async def _contacts(dsn: str, client: int) -> list[tuple[object, ...]]:
+    rows = await fetch(
+        dsn,
+        "SELECT c.cpf_cnpj, c.name,"
+        " (SELECT array_agg(d.channel_id || ':' || d.value ORDER BY d.channel_id, d.value)"
+        "  FROM contact_details d WHERE d.contact_id = c.id AND d.deleted_at IS NULL) AS details,"
+        " (SELECT array_agg(v.value ORDER BY v.value) FROM contact_custom_fields v"
+        "  WHERE v.contact_id = c.id) AS customs"
+        " FROM contact c WHERE c.client_id = $1 AND c.deleted_at IS NULL"
+        " ORDER BY c.cpf_cnpj NULLS LAST, c.name",
+        client,
+    )
+    return [tuple(r) for r in rows]
+
+
+@pytest.mark.parametrize("chunk_size", [1, 500])
+def test_an_email_keyed_import_matches_merges_and_refuses_by_the_key(
+    db_dsn: str, tmp_path: Path, chunk_size: int
+) -> None:
+    async def run() -> None:
+        client = 61_000 + chunk_size
+        await import_file(db_dsn, _preload(tmp_path), client)
+        outcome = await import_file(
+            db_dsn, _body(tmp_path), client, chunk_size=chunk_size, layout_document=EMAIL
+        )
+        c = outcome.counters
+        assert (c.rows_read, c.inserted, c.updated, c.invalid) == (7, 1, 3, 3)
+        issues = await fetch(
+            db_dsn,
+            "SELECT line, column_name, reason FROM import_row_error WHERE job_id = $1"
+            " ORDER BY line",
+            outcome.job_id,
+        )
+        assert [tuple(r) for r in issues] == [
+            (2, "email", "ambiguous_key"),
+            (7, "email", "missing_key"),
+            (8, "email", "invalid_email"),
+        ]
+        assert await _contacts(db_dsn, client) == [
+            (cpf(1), "Ana", ["3:a@x.com"], ["p1"]),
+            (cpf(2), "Bia", ["3:a@x.com"], None),
+            (cpf(3), "Caio C", ["1:+5511912345678", "3:c@x.com", "3:d@x.com"], ["p3"]),
+            (None, "Eva E", ["3:e@x.com"], ["p9"]),
+        ]
+
+    asyncio.run(run())
+
+
+def test_a_phone_keyed_import_finds_the_contact_by_its_normalized_number(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    async def run() -> None:
+        client = 61_900
+        pre = write_csv(
+            tmp_path / "p.csv", ["cpf", "nome", "celular"], [[cpf(5), "Lia", "11 91234-5678"]]
+        )
+        await import_file(db_dsn, pre, client)
+        body = write_csv(
+            tmp_path / "b.csv", ["nome", "telefone"], [["Lia Maria", "+55 (11) 91234-5678"]]
+        )
+        outcome = await import_file(db_dsn, body, client, layout_document={"key": "phone"})
+        assert (outcome.counters.inserted, outcome.counters.updated) == (0, 1)
+        assert await _contacts(db_dsn, client) == [
+            (cpf(5), "Lia Maria", ["1:+5511912345678"], None)
+        ]
+
+    asyncio.run(run())
