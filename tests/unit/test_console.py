@@ -105,3 +105,39 @@ def test_every_asset_is_packaged() -> None:
 
     for name in ASSETS:
         assert resources.files("importer.http").joinpath("static", name).is_file()
+
+
+def _static(name: str) -> str:
+    from importlib import resources
+
+    return resources.files("importer.http").joinpath("static", name).read_text()
+
+
+COUNTERS = ("rows_read", "inserted", "updated", "invalid", "error", "ignored")
+
+
+def test_every_element_the_script_looks_up_is_on_the_page() -> None:
+    page_ids = set(re.findall(r'\bid="([^"]+)"', _static("index.html")))
+    script = _static("console.js")
+    wanted = set(re.findall(r'\$\("([^"]+)"\)', script))
+    for prefix in re.findall(r"\$\(`([a-z-]+)-\$\{name\}`\)", script):
+        wanted.update(f"{prefix}-{counter}" for counter in COUNTERS)
+    assert {"preview", "max-invalid", "preview-panel", "apply"} <= wanted
+    assert {f"preview-{counter}" for counter in COUNTERS} <= wanted
+    assert wanted - page_ids == set()
+
+
+def test_the_form_fields_the_script_sends_are_create_options() -> None:
+    from importer.core.options import OPTION_FIELDS
+
+    sent = set(re.findall(r'form\.append\("([a-z_]+)"', _static("console.js")))
+    assert {"preview", "max_invalid"} <= sent
+    assert sent - {"file"} <= set(OPTION_FIELDS)
+
+
+def test_the_page_has_no_inline_code_the_policy_would_block() -> None:
+    page = _static("index.html")
+    assert not re.search(r"\sstyle=", page)
+    assert not re.search(r"\son[a-z]+=", page)
+    assert "<style" not in page
+    assert re.findall(r"<script[^>]*>", page) == ['<script src="/console/console.js" defer>']

@@ -17,6 +17,7 @@
   const $ = (id) => document.getElementById(id);
   let watching = null; // {id, controller}
   let historyCursor = null;
+  let previewShown = null; // the id of the job whose preview document the panel holds
 
   // --- messages and the token ---------------------------------------------------------------
 
@@ -158,6 +159,180 @@
     const ended = TERMINAL.has(status);
     $("job-cancel").disabled = ended || Boolean(job.cancel_requested);
     $("job-cancel").textContent = job.cancel_requested && !ended ? "Cancelling…" : "Cancel import";
+    showValidation(job.validation);
+    showPreview(job);
+  }
+
+  // --- the error threshold and the preview ----------------------------------------------------
+
+  const NO_VALUE = "—";
+
+  function showValidation(validation) {
+    const line = $("job-validation");
+    if (!validation || typeof validation !== "object") {
+      line.hidden = true;
+      line.textContent = "";
+      return;
+    }
+    const verdict = validation.exceeded
+      ? "exceeded: the import stopped before writing any contact"
+      : "within it";
+    line.textContent =
+      `Validation: ${String(validation.invalid)} invalid of ${String(validation.rows_read)} ` +
+      `rows, threshold ${String(validation.max_invalid)} — ${verdict}.`;
+    line.hidden = false;
+  }
+
+  // A value before or after, as text: nothing is a dash, a channel's values a list.
+  function shownValue(value) {
+    if (value === null || value === undefined) {
+      return NO_VALUE;
+    }
+    if (Array.isArray(value)) {
+      return value.length ? value.map(String).join(", ") : NO_VALUE;
+    }
+    return String(value);
+  }
+
+  function renderPreviewFields(fields) {
+    const body = $("preview-fields-body");
+    body.replaceChildren();
+    for (const [name, tally] of Object.entries(fields || {})) {
+      const tr = document.createElement("tr");
+      tr.dataset.field = name;
+      const counts = tally || {};
+      tr.append(
+        cell(name),
+        cell(String(counts.first ?? 0)),
+        cell(String(counts.changed ?? 0)),
+        cell(String(counts.kept ?? 0)),
+      );
+      body.append(tr);
+    }
+  }
+
+  function renderNewCustomFields(names) {
+    const list = $("preview-new-fields");
+    list.replaceChildren();
+    for (const name of Array.isArray(names) ? names : []) {
+      const item = document.createElement("li");
+      item.textContent = String(name);
+      list.append(item);
+    }
+    $("preview-new-fields-none").hidden = list.children.length > 0;
+  }
+
+  // One row per changed field of each sampled contact; its line, key and action span them.
+  function renderPreviewSample(sample) {
+    const body = $("preview-sample-body");
+    body.replaceChildren();
+    const contacts = Array.isArray(sample) ? sample : [];
+    for (const contact of contacts) {
+      const changes = Object.entries(contact.fields || {});
+      changes.forEach(([name, change], index) => {
+        const tr = document.createElement("tr");
+        tr.dataset.key = String(contact.key);
+        tr.dataset.field = name;
+        if (index === 0) {
+          for (const text of [contact.line, contact.key, contact.action]) {
+            const td = cell(String(text ?? ""));
+            td.rowSpan = changes.length;
+            tr.append(td);
+          }
+        }
+        const values = change || {};
+        tr.append(cell(name), cell(shownValue(values.before)), cell(shownValue(values.after)));
+        body.append(tr);
+      });
+    }
+    $("preview-sample-summary").textContent =
+      `(${contacts.length} contact${contacts.length === 1 ? "" : "s"}, before → after)`;
+  }
+
+  // The document does not change once the preview rests: it is drawn once per job.
+  function renderPreview(preview) {
+    const counters = preview.counters || {};
+    for (const name of COUNTERS) {
+      $(`preview-${name}`).textContent = String(counters[name] ?? 0);
+    }
+    renderPreviewFields(preview.fields);
+    renderNewCustomFields(preview.new_custom_fields);
+    renderPreviewSample(preview.sample);
+  }
+
+  function previewState(status, waiting, differs) {
+    if (status === "ready") {
+      return waiting
+        ? "— nothing written: apply it, or cancel it"
+        : "— applied, waiting for a worker";
+    }
+    if (!TERMINAL.has(status)) {
+      return "— being applied";
+    }
+    return typeof differs === "boolean" ? "— applied" : "— not applied";
+  }
+
+  function showPreviewOutcome(differs) {
+    const line = $("preview-differs");
+    if (typeof differs !== "boolean") {
+      line.hidden = true;
+      line.dataset.differs = "";
+      line.textContent = "";
+      return;
+    }
+    line.dataset.differs = String(differs);
+    line.textContent = differs
+      ? "The import's counters differ from the preview's: something wrote to this client's " +
+        "contacts in between (or the run did not complete)."
+      : "The import's counters equal the preview's.";
+    line.hidden = false;
+  }
+
+  function showPreview(job) {
+    const panel = $("preview-panel");
+    const preview = job.preview && typeof job.preview === "object" ? job.preview : null;
+    if (!preview) {
+      panel.hidden = true;
+      previewShown = null;
+      return;
+    }
+    if (previewShown !== String(job.id)) {
+      renderPreview(preview);
+      previewShown = String(job.id);
+    }
+    const status = String(job.status);
+    const waiting = status === "ready" && job.awaiting_apply === true;
+    const differs = job.counters_differ_from_preview;
+    $("preview-state").textContent = previewState(status, waiting, differs);
+    const expires = $("preview-expires");
+    expires.hidden = !(waiting && job.preview_expires_at);
+    expires.textContent = expires.hidden
+      ? ""
+      : `Expires ${new Date(job.preview_expires_at).toLocaleString()} unless applied ` +
+        "(then it is cancelled).";
+    showPreviewOutcome(differs);
+    $("apply").disabled = !waiting;
+    $("apply").hidden = TERMINAL.has(status);
+    panel.hidden = false;
+  }
+
+  async function applyPreview() {
+    if (!watching) {
+      return;
+    }
+    const id = watching.id;
+    const button = $("apply");
+    button.disabled = true;
+    try {
+      const response = await api(jobPath(id, "/apply"), { method: "POST" });
+      showJob(await response.json());
+      say(`Import ${id} applied: it runs now.`, "info");
+      // Follow it on a fresh stream, as an upload's import is followed, until it ends.
+      watch(id);
+    } catch (error) {
+      button.disabled = false;
+      say(`Apply: ${error.message}`);
+    }
   }
 
   function parseEvent(block) {
@@ -226,6 +401,7 @@
     watching = mine;
     $("report").hidden = true;
     $("job-stream").textContent = "";
+    previewShown = null;
     try {
       showJob(await (await api(jobPath(id), { signal: controller.signal })).json());
       for (let attempt = 0; attempt <= MAX_RECONNECTS; attempt += 1) {
@@ -422,6 +598,12 @@
     }
     form.append("data_processing_purpose", $("data_processing_purpose").value);
     form.append("lgpd_processing_hypothesis", $("lgpd_processing_hypothesis").value);
+    const preview = $("preview").checked;
+    form.append("preview", preview ? "true" : "false");
+    const maxInvalid = $("max-invalid").value.trim();
+    if (maxInvalid) {
+      form.append("max_invalid", maxInvalid);
+    }
     for (const name of ["format", "layout_id", "tags"]) {
       const value = $(name).value.trim();
       if (value) {
@@ -435,7 +617,12 @@
     try {
       // Multipart creates the job and queues it (202): nothing else to start.
       const job = await (await api("/v1/imports", { method: "POST", body: form })).json();
-      say(`Import ${String(job.id)} queued.`, "info");
+      say(
+        preview
+          ? `Preview ${String(job.id)} queued: nothing is written until you apply it.`
+          : `Import ${String(job.id)} queued.`,
+        "info",
+      );
       loadHistory(true);
       watch(String(job.id));
     } catch (error) {
@@ -471,6 +658,12 @@
       loadLayouts();
     });
     $("upload-form").addEventListener("submit", upload);
+    $("preview").addEventListener("change", () => {
+      $("upload-submit").textContent = $("preview").checked
+        ? "Upload and preview"
+        : "Upload and import";
+    });
+    $("apply").addEventListener("click", applyPreview);
     $("job-cancel").addEventListener("click", cancelJob);
     $("report-view").addEventListener("click", viewReport);
     $("report-download").addEventListener("click", downloadReport);
