@@ -61,6 +61,11 @@ COUNTED = ("inserted", "updated", "invalid", "error", "ignored")  # rows_read is
 VARIANTS = {"compiled": {}, "pure": {"IMPORTER_PURE": "1"}}
 
 
+# The benchmark file keyed by e-mail (core.keys): its CPF column ignored, every row matched by
+# its e-mail among the client's live contacts.
+EMAIL_KEY_LAYOUT = {"key": "email", "columns": {"cpf": "ignore"}}
+
+
 def importer_command() -> str:
     """The ``importer`` script: the checkout's .venv, else the running interpreter's venv."""
     local = ROOT / ".venv/bin/importer"
@@ -343,6 +348,7 @@ async def time_importer(
     chunk_size: int,
     variant: str = "compiled",
     previews: list[Timing] | None = None,
+    layout: Path | None = None,
 ) -> tuple[Timing, dict, dict[str, object]]:
     """The timed import on a fresh database holding the pre-existing keys; with ``previews``,
     first a timed preview (``--dry-run``) of the same file on the same state, appended to it
@@ -360,8 +366,9 @@ async def time_importer(
         label = f"importer import --dry-run ({strategy}, {variant}, {concurrency} consumers)"
         previews.append(Timing(label, seconds, rows, rss, db_cpu, client_cpu))
     wal_before = _psql_value(dsn, "SELECT pg_current_wal_lsn()")
+    keyed = ("--layout", str(layout)) if layout is not None else ()
     result, seconds, rss, client_cpu, db_cpu = run_importer(
-        dsn, main, strategy, concurrency, chunk_size, variant
+        dsn, main, strategy, concurrency, chunk_size, variant, keyed
     )
     wal = int(float(_psql_value(dsn, f"SELECT pg_current_wal_lsn() - '{wal_before}'")))
     counters = [result[k] for k in COUNTED]
@@ -370,6 +377,8 @@ async def time_importer(
         expected = {k: result[k] for k in ("rows_read", *COUNTED)}
         assert preview["preview"]["counters"] == expected, (preview["preview"], expected)
     name = f"importer import ({strategy}, {variant}, {concurrency} consumers)"
+    if layout is not None:
+        name = f"importer import keyed by e-mail ({strategy}, {variant}, 1 lane)"
     timing = Timing(name, seconds, rows, rss, db_cpu, client_cpu, wal_bytes=wal)
     return timing, result, table_sizes(dsn)
 
@@ -404,6 +413,12 @@ async def main() -> None:
         "--preview",
         action="store_true",
         help="time a preview (--dry-run) of the file before each import, on the same state",
+    )
+    parser.add_argument(
+        "--email-key",
+        action="store_true",
+        help="also time the import keyed by e-mail (layout key: email, the CPF column ignored)"
+        " on the same pre-existing contacts",
     )
     which = parser.add_mutually_exclusive_group()
     which.add_argument(
@@ -459,10 +474,28 @@ async def main() -> None:
                 assert all(result[k] == v for k, v in expected.items()), (result, expected)
             sizes[f"{strategy}, {variant}"] = found
             timings.append(timing)
+    if args.email_key:
+        layout = data / "email_key_layout.json"
+        layout.write_text(json.dumps(EMAIL_KEY_LAYOUT), encoding="utf-8")
+        timing, _, found = await time_importer(
+            "importer_bench_email_key", pre_path, main_path, rows, "merge",
+            args.concurrency, args.chunk_size, layout=layout,
+        )  # fmt: skip
+        sizes["merge, keyed by e-mail"] = found
+        timings.append(timing)
     if pg is not None:
         timings.append(pg)
     timings.append(reader)
     report(timings, args, rows, sizes, built)
+    keyed = [t for t in timings if "keyed by e-mail" in t.name]
+    plain = [t for t in timings if t.name.startswith("importer import (merge, compiled")]
+    if keyed and plain:
+        by, to = keyed[0], plain[0]
+        print(
+            f"keyed by e-mail / by CPF: {by.seconds / to.seconds:.2f} x wall,"
+            f" {_ratio(by.db_cpu_s, to.db_cpu_s).strip()} x db cpu,"
+            f" {_ratio(by.client_cpu_s, to.client_cpu_s).strip()} x py cpu"
+        )
 
 
 def _ratio(value: float | None, base: float | None, width: int = 8, digits: int = 2) -> str:

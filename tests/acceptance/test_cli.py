@@ -245,3 +245,26 @@ def test_token_command_signs_rs256_with_a_private_key_file(tmp_path: Path) -> No
     assert refused.returncode == 2
     assert "private key" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+async def test_the_sample_keyed_by_email_previews_then_imports_the_same_counters(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    """Issue 14 point 5 through the CLI: ``--layout`` with ``"key": "email"`` (the CPF column
+    ignored); the dry run's counters are the import's, and every contact has no CPF."""
+    layout = tmp_path / "email.json"
+    layout.write_text(json.dumps({"key": "email", "columns": {"cpf": "ignore"}}))
+    args = ("--client-id", "71", "--layout", str(layout))
+    code, preview = import_json(db_dsn, SAMPLE, *args, "--dry-run")
+    assert (code, preview["status"]) == (0, "ready")
+    code, done = import_json(db_dsn, SAMPLE, *args)
+    assert code == 0
+    counted = {
+        k: done[k] for k in ("rows_read", "inserted", "updated", "invalid", "error", "ignored")
+    }
+    assert preview["preview"]["counters"] == counted  # type: ignore[index]
+    assert done["inserted"] > 0
+    rows = await fetch(
+        db_dsn, "SELECT count(*) AS n, count(cpf_cnpj) AS cpfs FROM contact WHERE client_id = 71"
+    )
+    assert (rows[0]["n"], rows[0]["cpfs"]) == (done["inserted"], 0)

@@ -598,3 +598,59 @@ async def test_email_intent_is_released_on_the_hsm_queue_with_the_email_channel(
     )
     assert message["topic"] == "hsm/importing-intent"
     assert orjson.loads(message["payload"]) == {"id": firing["id"], "channelId": 3}
+
+
+async def test_an_email_keyed_layout_matches_by_email_and_reports_its_reasons(
+    server: Server, http: httpx.AsyncClient, client_ids: itertools.count[int]
+) -> None:
+    """Issue 14 point 5: a create whose layout names ``"key": "email"`` (its CPF column
+    ignored) updates the contact that has the e-mail, creates the others without a CPF, and its
+    error report says missing_key / ambiguous_key; the job runs in one partition."""
+    client = next(client_ids)
+    bearer = token(client)
+    pre = csv_bytes(HEADER, [("Ana", cpf(801), "ana@x.com", ""), ("Bia", cpf(802), "b@x.com", ""),
+                             ("Bea", cpf(803), "b@x.com", "")])  # fmt: skip
+    first = (await upload(http, bearer, pre)).json()
+    assert (await wait_terminal(http, bearer, first["id"]))["status"] == "completed"
+    body = csv_bytes(
+        HEADER,
+        [("Ana Maria", cpf(900), "ana@x.com", ""), ("Eva", "", "eva@x.com", ""),
+         ("Zed", cpf(901), "", ""), ("Bi", "", "b@x.com", "")],
+    )  # fmt: skip
+    layout = orjson.dumps({"key": "email", "columns": {"cpf": "ignore"}}).decode()
+    created = (await upload(http, bearer, body, layout=layout)).json()
+    job = await wait_terminal(http, bearer, created["id"])
+    assert job["status"] == "completed", job
+    counters = job["counters"]
+    assert isinstance(counters, dict)
+    assert (counters["inserted"], counters["updated"], counters["invalid"]) == (1, 1, 2)
+    partitions = await fetch(server.dsn, "SELECT partitions FROM import_job WHERE id = $1",
+                             uuid.UUID(created["id"]))  # fmt: skip
+    assert partitions[0]["partitions"] == 1
+    report = await http.get(f"/v1/imports/{created['id']}/errors", headers=auth(bearer))
+    reasons = [(r["line"], r["reason"]) for r in csv.DictReader(io.StringIO(report.text))]
+    assert reasons == [("4", "missing_key"), ("5", "ambiguous_key")]
+    stored = await fetch(
+        server.dsn,
+        "SELECT cpf_cnpj, name FROM contact WHERE client_id = $1 ORDER BY name",
+        client,
+    )
+    assert [tuple(r) for r in stored] == [
+        (cpf(801), "Ana Maria"), (cpf(803), "Bea"), (cpf(802), "Bia"), (None, "Eva"),
+    ]  # fmt: skip
+
+
+async def test_a_layout_keyed_by_email_refuses_replace_and_a_mapped_cpf(
+    http: httpx.AsyncClient, client_ids: itertools.count[int]
+) -> None:
+    bearer = token(next(client_ids))
+    content = csv_bytes(HEADER, [("Ana", cpf(810), "ana@x.com", "")])
+    replace = orjson.dumps({"key": "email", "merge": {"channels": "replace"}}).decode()
+    refused = await upload(http, bearer, content, layout=replace)
+    assert refused.status_code == 400
+    assert refused.json()[0]["field"] == "layout.merge.channels"
+    mapped = orjson.dumps({"key": "email"}).decode()  # the file's cpf column maps to cpf_cnpj
+    job = await wait_terminal(
+        http, bearer, (await upload(http, bearer, content, layout=mapped)).json()["id"]
+    )
+    assert (job["status"], job["fail_reason"]) == ("failed", "invalid_layout")
