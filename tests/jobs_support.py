@@ -64,6 +64,7 @@ async def upload_job(
     chunk_size: int = 7,
     partitions: int = 2,
     preview: bool = False,
+    layout: dict[str, object] | None = None,
 ) -> uuid.UUID:
     """Store ``path`` under the client's prefix and create its job, sealed with size and hash
     (``preview``: created with ``preview: true``, its run rests in ``ready``)."""
@@ -85,6 +86,7 @@ async def upload_job(
         filename=path.name,
         tags=("t1", "t2"),
         preview=preview,
+        layout=layout,
     )
     await env.store.create_job(new_job, status)
     return job_id

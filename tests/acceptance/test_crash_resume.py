@@ -42,7 +42,7 @@ from tests.jobs_support import (
     ledger_chunks,
     upload_job,
 )
-from tests.support import db_state, fetch
+from tests.support import db_contacts, db_state, fetch, import_file
 
 pytestmark = pytest.mark.acceptance
 
@@ -109,6 +109,48 @@ async def test_a_worker_killed_mid_import_is_resumed_by_the_next(
         assert done_before_kill <= done < BATCHES
         await _resume(env, job_id, tmp_path / "second.log")
     await _assert_invariants(db_dsn, job_id, contacts)
+
+
+EMAIL_KEY = {"key": "email", "columns": {"cpf": "ignore"}}
+EMAIL_CLIENT, EMAIL_REFERENCE_CLIENT = 34, 35
+EMAIL_BATCHES = math.ceil(ROWS / CHUNK_SIZE)  # one partition under a channel key
+
+
+@pytest.mark.parametrize("spec", ["after_copy_before_commit=crash@3", "after_commit=crash@3"])
+async def test_an_email_keyed_import_crashed_at_a_failpoint_resumes_to_the_same_end(
+    db_dsn: str, tmp_path: Path, contacts: Contacts, spec: str
+) -> None:
+    """Issue 14 point 5: the catalog file keyed by e-mail (its CPF column ignored) — rows found
+    by e-mail among the contacts the import itself created before the crash — ends as its
+    undisturbed import does, contact for contact, with no batch applied twice."""
+    async with job_env(db_dsn, tmp_path) as env:
+        job_id = await upload_job(
+            env, EMAIL_CLIENT, contacts.path, chunk_size=CHUNK_SIZE, partitions=1,
+            layout=EMAIL_KEY,
+        )  # fmt: skip
+        await env.views.start_job(EMAIL_CLIENT, job_id, "op-1")
+        first = await _worker(env, tmp_path / "first.log", failpoints=spec)
+        code = await asyncio.wait_for(first.wait(), DEADLINE_S)
+        assert code == CRASH_EXIT_CODE, _log_tail(tmp_path / "first.log")
+        await _resume(env, job_id, tmp_path / "second.log", EMAIL_CLIENT, EMAIL_BATCHES)
+    undisturbed = await import_file(
+        db_dsn, contacts.path, EMAIL_REFERENCE_CLIENT, chunk_size=5000, layout_document=EMAIL_KEY
+    )
+    status, counters = await job_outcome(db_dsn, job_id)
+    assert status is undisturbed.status
+    assert as_tuple(counters) == as_tuple(undisturbed.counters)
+    await assert_ledger_whole(db_dsn, job_id, counters)
+    assert await ledger_chunks(db_dsn, job_id) == EMAIL_BATCHES
+    assert not await fetch(  # I2 under the key: no e-mail on two live contacts of the client
+        db_dsn,
+        "SELECT d.value FROM contact_details d JOIN contact c ON c.id = d.contact_id"
+        " WHERE c.client_id = $1 AND d.channel_id = 3 AND d.deleted_at IS NULL"
+        " GROUP BY 1 HAVING count(*) > 1",
+        EMAIL_CLIENT,
+    )
+    assert await db_contacts(db_dsn, EMAIL_CLIENT) == await db_contacts(
+        db_dsn, EMAIL_REFERENCE_CLIENT
+    )
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -211,7 +253,13 @@ async def _worker(env: Env, log_path: Path, *, failpoints: str = "") -> asyncio.
         )
 
 
-async def _resume(env: Env, job_id: uuid.UUID, log_path: Path) -> None:
+async def _resume(
+    env: Env,
+    job_id: uuid.UUID,
+    log_path: Path,
+    client: int = CLIENT,
+    batches: int = BATCHES,
+) -> None:
     """Once the dead worker's lease expired, a second worker finishes the job; SIGTERM → 0."""
 
     async def lease_expired() -> bool | None:
@@ -226,12 +274,12 @@ async def _resume(env: Env, job_id: uuid.UUID, log_path: Path) -> None:
     await eventually(lease_expired)
     # Read now: a COMMIT the dead worker sent just before dying has landed by the expiry.
     batches_done = await ledger_chunks(env.dsn, job_id)
-    was_terminal = await _is_terminal(env, job_id)  # finalized before the crash: nothing to run
+    was_terminal = await _is_terminal(env, job_id, client)  # finalized: nothing to run
     second = await _worker(env, log_path)
     try:
 
         async def finished() -> bool | None:
-            return True if await _is_terminal(env, job_id) else None
+            return True if await _is_terminal(env, job_id, client) else None
 
         await eventually(finished, timeout_s=DEADLINE_S)
         await eventually(lambda: _logged(log_path, "worker_started"))  # its signal handlers set
@@ -244,11 +292,11 @@ async def _resume(env: Env, job_id: uuid.UUID, log_path: Path) -> None:
     assert claims == ([] if was_terminal else [str(job_id)])
     # Only the batches the ledger did not hold were applied again: no piece twice.
     applied = sum(e["event"] == "chunk_applied" for e in events)
-    assert applied == BATCHES - batches_done
+    assert applied == batches - batches_done
 
 
-async def _is_terminal(env: Env, job_id: uuid.UUID) -> bool:
-    return (await env.views.view_job(CLIENT, job_id)).status in TERMINAL_STATUSES
+async def _is_terminal(env: Env, job_id: uuid.UUID, client: int = CLIENT) -> bool:
+    return (await env.views.view_job(client, job_id)).status in TERMINAL_STATUSES
 
 
 async def _assert_invariants(dsn: str, job_id: uuid.UUID, contacts: Contacts) -> None:
