@@ -206,6 +206,12 @@ class Store(Protocol):
         """Empty the job's error report (a run starting with an empty ledger)."""
         ...
 
+    async def ambiguous_rows(self, job: Job, rows: Sequence[ContactRow]) -> list[RowIssue]:
+        """The ``ambiguous_key`` issues of ``rows`` under the job's channel key (core.keys),
+        against the stored contacts as they are: a validation's count of what the batches will
+        refuse (the client's import turn keeps them so until the batches apply)."""
+        ...
+
     async def save_validation(
         self, job_id: uuid.UUID, validation: dict[str, object], *, owner: str | None = None
     ) -> None:

@@ -42,6 +42,7 @@ async def import_file(
     layout: Layout | None = None,
     input_format: InputFormat | None = None,
     layout_document: dict[str, object] | None = None,
+    max_invalid: str | None = None,
 ) -> ImportOutcome:
     """Run a whole import in this process against ``dsn`` and check the counter identity (a
     ``layout_document`` is the job's layout, parsed for ``layout`` too)."""
@@ -56,6 +57,7 @@ async def import_file(
         concurrency=concurrency,
         layout=layout,
         layout_document=layout_document,
+        max_invalid=max_invalid,
     )
     pool = await connect_pool(dsn, concurrency + 2)  # + the client's turn, + one
     try:

@@ -499,6 +499,16 @@ class InMemoryStore:
     async def clear_row_issues(self, job_id: uuid.UUID) -> None:
         self.issues[job_id] = []
 
+    async def ambiguous_rows(self, job: Job, rows: Sequence[ContactRow]) -> list[RowIssue]:
+        channel = keys.key_channel_of(job.layout)
+        if channel is None:
+            return []
+        return [
+            keys.ambiguous_issue(r, channel)
+            for r in rows
+            if len(self.model.holders(job.client_id, channel, r.cpf_cnpj)) > 1
+        ]
+
     async def save_validation(
         self,
         job_id: uuid.UUID,

@@ -27,6 +27,7 @@ from importer.core.models import (
     Job,
     JobStatus,
     Reason,
+    RowIssue,
 )
 from importer.pipeline.applier import BatchApplier
 from importer.pipeline.spool import BatchSpool
@@ -336,6 +337,7 @@ class ImportRun:
                     await self._warn(parser)
                     await asyncio.to_thread(spool.write, batches)
                     invalid += sum(batch.invalid for batch in batches)
+                    invalid += len(await self._ambiguous(batches))
                     rows += sum(batch.rows_read for batch in batches)
             if not self.state.read_all:  # stopped: a later run validates again
                 return
@@ -362,8 +364,15 @@ class ImportRun:
         spool.rewind()
         while batches := await asyncio.to_thread(spool.read, _SPOOL_STEP):
             issues = [issue for batch in batches for issue in batch.issues]
-            await self._store.add_row_issues(self.job.id, issues)
+            await self._store.add_row_issues(self.job.id, issues + await self._ambiguous(batches))
         raise FileRejectedError(Reason.TOO_MANY_INVALID_ROWS, threshold.exceeded_detail(found))
+
+    async def _ambiguous(self, batches: list[Batch]) -> list[RowIssue]:
+        """A channel key's rows the batches will refuse as ``ambiguous_key`` (core.keys): the
+        validation counts them with the file's invalid rows."""
+        if self.job.layout is None or "key" not in self.job.layout:
+            return []
+        return await self._store.ambiguous_rows(self.job, [r for b in batches for r in b.rows])
 
     async def _parse(self, step: Callable[[], list[Batch] | None]) -> list[Batch] | None:
         """The next step's batches, parsed in a thread once the throttle gives the turn."""

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import cpf, fetch, import_file, write_csv
+from importer.core.models import JobStatus
+from tests.support import cpf, fetch, import_file, tables_checksum, write_csv
 
 pytestmark = pytest.mark.integration
 
@@ -111,5 +112,32 @@ def test_a_phone_keyed_import_finds_the_contact_by_its_normalized_number(
         assert await _contacts(db_dsn, client) == [
             (cpf(5), "Lia Maria", ["1:+5511912345678"], None)
         ]
+
+    asyncio.run(run())
+
+
+def test_the_threshold_counts_ambiguous_keys_and_fails_before_writing(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    async def run() -> None:
+        client = 62_000
+        await import_file(db_dsn, _preload(tmp_path), client)
+        before = await tables_checksum(db_dsn)
+        failed = await import_file(
+            db_dsn, _body(tmp_path), client, layout_document=EMAIL, max_invalid="2"
+        )
+        assert (failed.status, failed.fail_reason) == (JobStatus.FAILED, "too_many_invalid_rows")
+        assert await tables_checksum(db_dsn) == before
+        reasons = await fetch(
+            db_dsn,
+            "SELECT reason FROM import_row_error WHERE job_id = $1 ORDER BY line",
+            failed.job_id,
+        )
+        assert [r["reason"] for r in reasons] == ["ambiguous_key", "missing_key", "invalid_email"]
+        passed = await import_file(
+            db_dsn, _body(tmp_path), client, layout_document=EMAIL, max_invalid="3"
+        )
+        assert passed.status is JobStatus.COMPLETED
+        assert passed.counters.invalid == 3
 
     asyncio.run(run())

@@ -148,11 +148,12 @@ async def _run(
     chunk_size: int,
     *,
     preview: bool = False,
+    max_invalid: str | None = None,
 ) -> uuid.UUID:
     partitions = keys.partitions_for(layout, 3)
     new_job = NewJob(
         uuid.uuid4(), 1, None, "b.csv", "csv", strategy.value, chunk_size, partitions,
-        preview=preview, layout=layout,
+        preview=preview, layout=layout, max_invalid=max_invalid,
     )  # fmt: skip
     job = await store.create_job(new_job, JobStatus.QUEUED)
     parsed = None if layout is None else parse_layout(layout)
@@ -207,5 +208,31 @@ def test_email_keyed_runs_equal_the_reference_model_and_their_previews(
         assert preview["counters"] == asdict(got)
         reasons = [i.reason async for i in store.row_issues(job_id)]
         assert reasons.count(Reason.AMBIGUOUS_KEY) == expected.invalid
+
+    asyncio.run(check())
+
+
+def test_the_threshold_counts_the_ambiguous_keys_before_any_contact_is_written() -> None:
+    """A channel key's ambiguous rows are known before the batches apply (the client's turn
+    holds the stored contacts still): ``max_invalid`` counts them with the file's invalid rows."""
+    pre = b"nome,cpf,email\nA,52998224725,a@x.com\nB,11144477735,a@x.com\n"
+    body = b"nome,email\nC,a@x.com\nD,\nE,e@x.com\n"  # 1 ambiguous, 1 missing_key, 1 valid
+
+    async def check() -> None:
+        for limit, status in (("2", JobStatus.COMPLETED), ("1", JobStatus.FAILED)):
+            store = InMemoryStore()
+            await _run(store, pre, ConflictStrategy.MERGE, None, 500)
+            before = copy.deepcopy(store.model.contacts)
+            job_id = await _run(
+                store, body, ConflictStrategy.MERGE, EMAIL_LAYOUT, 1, max_invalid=limit
+            )
+            job = store.jobs[job_id]
+            assert job.status is status, limit
+            assert job.counters.invalid == 2
+            reasons = sorted([i.reason.value async for i in store.row_issues(job_id)])
+            assert reasons == ["ambiguous_key", "missing_key"]
+            if status is JobStatus.FAILED:
+                assert job.fail_reason == Reason.TOO_MANY_INVALID_ROWS
+                assert store.model.contacts == before
 
     asyncio.run(check())

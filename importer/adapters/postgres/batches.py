@@ -292,6 +292,14 @@ class PostgresBatches:
         await self._write_plan(conn, job, plan)
         return plan.new_keys, refused
 
+    async def ambiguous_rows(self, job: Job, rows: Sequence[ContactRow]) -> list[RowIssue]:
+        channel = keys.key_channel_of(job.layout)
+        if channel is None or not rows:
+            return []
+        with translated_errors():
+            async with pooled(self._pool) as conn:
+                return await contacts.ambiguous_rows(conn, self._q, job, rows, channel)
+
     def _policy(self, job: Job) -> policy.MergePolicy:
         """The job's merge policy, parsed once per job (DISCARD ignores it). The run parsed the
         same layout before its first batch, so a bad one never gets here."""

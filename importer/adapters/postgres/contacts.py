@@ -18,6 +18,17 @@ from importer.core.models import Channel, ContactRow, Job, RowIssue
 Resolution = tuple[Channel, policy.MergePolicy, dict[int, str]]
 
 
+async def ambiguous_rows(
+    conn: Conn, q: Mapping[str, str], job: Job, rows: Sequence[ContactRow], channel: Channel
+) -> list[RowIssue]:
+    """The ``ambiguous_key`` issues of ``rows``: those whose key two live contacts share."""
+    found = await conn.fetch(
+        q["resolve_channel_keys"], job.client_id, sorted({r.cpf_cnpj for r in rows}), int(channel)
+    )
+    shared = {r["key"] for r in found if r["matches"] > 1}
+    return [keys.ambiguous_issue(r, channel) for r in rows if r.cpf_cnpj in shared]
+
+
 async def resolved_batch(
     conn: Conn,
     q: Mapping[str, str],
