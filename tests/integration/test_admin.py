@@ -198,3 +198,29 @@ async def test_refusals(env: Env, client_ids: Iterator[int], tmp_path: Path) -> 
     }
     assert await env.admin.job_statuses(other, [queued]) == {}
     assert await env.admin.job_statuses(None, [queued]) == {queued: (client, JobStatus.QUEUED)}
+
+
+async def test_a_cancelled_preview_requeued_previews_again_and_writes_nothing(
+    env: Env, client_ids: Iterator[int], tmp_path: Path
+) -> None:
+    """A preview nobody applied (cancelled or expired) is requeued as what it was: its next run
+    previews the file again and rests in ``ready`` — it does not import what nobody applied."""
+    path = contacts_csv(tmp_path / "preview.csv", 40)
+    mine = next(client_ids)
+    job_id = await upload_job(
+        env, mine, path, chunk_size=CHUNK, partitions=PARTITIONS, preview=True
+    )
+    await env.views.start_job(mine, job_id, f"start:{job_id}")
+    await asyncio.wait_for(run_worker(env).run(), WAIT_S)
+    rested = await env.views.view_job(mine, job_id)
+    assert rested.status is JobStatus.READY
+    await env.views.request_cancel(mine, job_id)
+    assert (await env.views.view_job(mine, job_id)).status is JobStatus.CANCELLED
+    await env.admin.requeue_job(mine, job_id, "requeue:preview")
+    await asyncio.wait_for(run_worker(env).run(), WAIT_S)
+    again = await env.views.view_job(mine, job_id)
+    assert again.status is JobStatus.READY
+    assert again.awaiting_apply
+    assert again.preview is not None
+    assert again.preview["counters"] == rested.preview["counters"]  # type: ignore[index]
+    assert await db_state(env.dsn, mine) == {}  # still nothing written

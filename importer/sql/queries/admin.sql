@@ -21,12 +21,15 @@ FOR UPDATE;
 -- starts its next run: run_generation + 1, and the previous run's finalization row goes in the
 -- same statement, so the next run finalizes exactly once; its outbox rows stay (they were that
 -- run's messages). An abandoned job (running, its lease expired) was never finalized: its run
--- goes on. $4: the operation id. The workers are woken at commit.
+-- goes on. A preview never applied (cancelled, expired, failed) forgets its document: its next
+-- run previews again (it would otherwise import what nobody applied). $4: the operation id. The
+-- workers are woken at commit.
 WITH moved AS (
     UPDATE import_job
     SET status = 'queued',
         run_generation = run_generation + CASE WHEN status = ANY($5::text[]) THEN 1 ELSE 0 END,
         validation = CASE WHEN status = ANY($5::text[]) THEN NULL ELSE validation END,
+        preview = CASE WHEN preview_applied_at IS NULL THEN NULL ELSE preview END,
         fail_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
         cancel_requested_at = NULL, in_process = false,
         started_at = NULL, finished_at = NULL, data_removed_at = NULL,
@@ -54,6 +57,7 @@ WITH moved AS (
     SET status = CASE WHEN status = ANY($2::text[]) THEN 'queued' ELSE status END,
         run_generation = run_generation + CASE WHEN status = ANY($2::text[]) THEN 1 ELSE 0 END,
         validation = CASE WHEN status = ANY($2::text[]) THEN NULL ELSE validation END,
+        preview = CASE WHEN preview_applied_at IS NULL THEN NULL ELSE preview END,
         started_at = CASE WHEN status = ANY($2::text[]) THEN NULL ELSE started_at END,
         fail_reason = NULL, cancel_requested_at = NULL, finished_at = NULL,
         data_removed_at = NULL,
