@@ -36,8 +36,9 @@ class LiveProgress:
 
 
 def live_progress(view: JobView, now: dt.datetime) -> LiveProgress:
-    """The phase, the rows/s over the last few seconds and the ETA at the recent byte rate."""
-    if view.status not in RUNNING_STATUSES:
+    """The phase, the rows/s over the last few seconds and the ETA at the recent byte rate (none
+    for a preview resting in ``ready``: nothing runs until its apply)."""
+    if view.status not in RUNNING_STATUSES or view.awaiting_apply:
         return LiveProgress()
     phase = progress.run_phase(
         running=True, batches_done=view.batches_done, read_to_end=view.read_to_end

@@ -61,6 +61,7 @@ async def test_a_preview_rests_ready_writes_nothing_and_its_apply_imports_what_i
     before = await tables_checksum(server.dsn)
     job = await _preview(http, bearer)
     assert job["status"] == "ready", job
+    assert (job["phase"], job["eta_s"]) == (None, None)  # resting: nothing runs until the apply
     assert await tables_checksum(server.dsn) == before  # byte-identical contact tables
     preview = job["preview"]
     assert isinstance(preview, dict)
