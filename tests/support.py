@@ -43,6 +43,7 @@ async def import_file(
     input_format: InputFormat | None = None,
     layout_document: dict[str, object] | None = None,
     max_invalid: str | None = None,
+    preview: bool = False,
 ) -> ImportOutcome:
     """Run a whole import in this process against ``dsn`` and check the counter identity (a
     ``layout_document`` is the job's layout, parsed for ``layout`` too)."""
@@ -58,6 +59,7 @@ async def import_file(
         layout=layout,
         layout_document=layout_document,
         max_invalid=max_invalid,
+        preview=preview,
     )
     pool = await connect_pool(dsn, concurrency + 2)  # + the client's turn, + one
     try:

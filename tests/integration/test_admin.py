@@ -12,7 +12,8 @@ import pytest
 
 from importer.adapters.storage.local import LocalObjectStore
 from importer.core.errors import IllegalTransitionError, ImportAlreadyAppliedError, JobNotFoundError
-from importer.core.models import Counters, JobStatus
+from importer.core.models import ConflictStrategy, Counters, InputFormat, JobStatus
+from importer.services.local import ImportRequest, import_source, seal_local_file
 from importer.services.worker import Worker
 from importer.settings import Settings
 from tests.jobs_support import (
@@ -224,3 +225,32 @@ async def test_a_cancelled_preview_requeued_previews_again_and_writes_nothing(
     assert again.preview is not None
     assert again.preview["counters"] == rested.preview["counters"]  # type: ignore[index]
     assert await db_state(env.dsn, mine) == {}  # still nothing written
+
+
+async def test_a_command_line_dry_run_applied_through_the_api_is_the_workers_to_run(
+    env: Env, client_ids: Iterator[int], tmp_path: Path
+) -> None:
+    """``importer import --dry-run`` rests its job in ``ready`` as the command line's
+    (in_process: no worker claims it); an apply through the API hands it to the workers, who
+    import it — it never stays in ``ready`` waiting for a process that has gone."""
+    path = contacts_csv(tmp_path / "dry.csv", 30)
+    mine = next(client_ids)
+    settings = Settings(database_url=env.dsn, chunk_size=CHUNK, concurrency=PARTITIONS)
+    request = ImportRequest(
+        mine, ConflictStrategy.MERGE, InputFormat.CSV, CHUNK, PARTITIONS, preview=True
+    )
+    local = await seal_local_file(path, LocalObjectStore)
+    outcome = await import_source(
+        env.store, local.source, request, settings, sealed=local.sealed, local_path=local.path
+    )
+    assert outcome.status is JobStatus.READY
+    await env.views.apply_preview(mine, outcome.job_id, "apply:api")
+    await asyncio.wait_for(run_worker(env).run(), WAIT_S)
+    done = await env.views.view_job(mine, outcome.job_id)
+    assert done.status in (JobStatus.COMPLETED, JobStatus.COMPLETED_WITH_PLACEHOLDERS)
+    assert done.preview is not None
+    assert done.preview["counters"] == {  # type: ignore[index]
+        "rows_read": done.counters.rows_read, "inserted": done.counters.inserted,
+        "updated": done.counters.updated, "invalid": done.counters.invalid,
+        "error": done.counters.error, "ignored": done.counters.ignored,
+    }  # fmt: skip

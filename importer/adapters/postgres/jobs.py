@@ -85,7 +85,8 @@ async def apply_preview(
                 expired=row["expired"],
             )
             if action is lifecycle.ApplyAction.APPLY:
-                await conn.execute(q["apply_preview"], job_id, operation_id)
+                # Through the API (a client): the workers run it, whoever made the preview.
+                await conn.execute(q["apply_preview"], job_id, operation_id, client_id is not None)
                 return
             await _expire(conn, job_id)
     raise PreviewExpiredError(f"import {job_id}: the preview expired unapplied (cancelled)")

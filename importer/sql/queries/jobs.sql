@@ -211,9 +211,12 @@ FOR NO KEY UPDATE;
 
 -- name: apply_preview
 -- The preview handed to its next run (a claim, or `importer job apply`): no longer awaiting its
--- apply; the workers are woken at commit. $2: the operation id.
+-- apply; the workers are woken at commit. $2: the operation id. $3: an apply through the API,
+-- whose run is the workers' even for a command line's dry run (in_process: no worker would
+-- claim it, as a requeue makes it theirs too).
 UPDATE import_job
 SET awaiting_apply = false, preview_applied_at = now(),
+    in_process = in_process AND NOT $3,
     last_operation_id = coalesce($2, last_operation_id), updated_at = now()
 WHERE id = $1 AND awaiting_apply
 RETURNING pg_notify('importer_jobs', id::text);
