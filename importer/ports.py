@@ -473,6 +473,10 @@ class JobStore(Protocol):
 
     async def view_job(self, client_id: int, job_id: uuid.UUID) -> JobView: ...
 
+    async def stored_job(self, client_id: int, job_id: uuid.UUID) -> Job:
+        """The job as stored: what reading its file again needs (layout, format, seal)."""
+        ...
+
     async def list_jobs(
         self,
         client_id: int,

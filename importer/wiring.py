@@ -21,7 +21,12 @@ from importer.adapters.postgres.queue import PostgresJobQueue
 from importer.adapters.postgres.store import PostgresStore
 from importer.adapters.postgres.views import PostgresJobViews
 from importer.adapters.storage.local import LocalObjectStore
-from importer.core.errors import AcceleratorError, ConfigurationError
+from importer.core.errors import (
+    AcceleratorError,
+    ChecksumMismatchError,
+    ConfigurationError,
+    ObjectNotFoundError,
+)
 from importer.core.models import Job
 from importer.core.objects import StoredObject
 from importer.core.report import write_csv_report
@@ -50,9 +55,11 @@ from importer.services.local import (
     parse_s3_url,
     resume_job,
     seal_local_file,
+    sealed_source,
 )
 from importer.services.relay import OutboxRelay
-from importer.services.runs import ObjectSource
+from importer.services.reports import source_report
+from importer.services.runs import ObjectSource, job_config
 from importer.services.supervisor import Supervisor
 from importer.services.worker import Worker
 from importer.settings import Settings
@@ -188,6 +195,8 @@ async def run_import(
     errors_out: Path | None,
     interrupt: Interrupt,
     announce: Callable[[uuid.UUID], None] | None = None,
+    *,
+    errors_format: str = "csv",
 ) -> ImportOutcome:
     """Import one local file (an absolute path) or S3 object in this process, its size and sha256
     sealed on the job; write the error report when asked."""
@@ -209,7 +218,7 @@ async def run_import(
                 local_path=local_path,
                 announce=announce,
             )
-        await _write_report(store, outcome, errors_out)
+        await _write_report(store, settings, outcome, errors_out, errors_format)
         return outcome
     finally:
         await pool.close()
@@ -223,6 +232,7 @@ async def run_resume(
     interrupt: Interrupt,
     *,
     apply: bool = False,
+    errors_format: str = "csv",
 ) -> ImportOutcome:
     """``importer job resume``: run a cancelled, failed or abandoned job on in this process;
     with ``apply``, ``importer job apply``: import a preview resting in ``ready``."""
@@ -241,16 +251,29 @@ async def run_resume(
                 stop,
                 local_files=LocalObjectStore,
             )
-        await _write_report(store, outcome, errors_out)
+        await _write_report(store, settings, outcome, errors_out, errors_format)
         return outcome
     finally:
         await pool.close()
 
 
-async def _write_report(store: Store, outcome: ImportOutcome, out: Path | None) -> None:
-    if out is not None:
-        with out.open("w", encoding="utf-8", newline="") as handle:
+async def _write_report(
+    store: Store, settings: Settings, outcome: ImportOutcome, out: Path | None, errors_format: str
+) -> None:
+    if out is None:
+        return
+    with out.open("w", encoding="utf-8", newline="") as handle:
+        if errors_format != "source":
             await write_csv_report(store.row_issues(outcome.job_id), handle)
+            return
+        job = await store.get_job(outcome.job_id)
+        try:
+            source = await sealed_source(job, resume_store(settings, job), LocalObjectStore)
+        except (ObjectNotFoundError, ChecksumMismatchError):
+            source = None
+        config = job_config(settings, job)
+        async for text in source_report(job, source, config, store.row_issues(job.id)):
+            handle.write(text)
 
 
 def worker_owner(index: int) -> str:

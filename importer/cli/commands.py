@@ -89,7 +89,14 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
                 progress.console.print(line, markup=False, highlight=False)
 
         return wiring.run_import(
-            settings, path, request, progress, args.errors_out, interrupt, announce
+            settings,
+            path,
+            request,
+            progress,
+            args.errors_out,
+            interrupt,
+            announce,
+            errors_format=args.errors_format,
         )
 
     return _report(_with_bar(args.json, run), interrupt, args.json)
@@ -104,7 +111,13 @@ def _resume(settings: Settings, args: argparse.Namespace) -> int:
 
     def run(progress: TerminalProgress | None) -> Coroutine[None, None, ImportOutcome]:
         return wiring.run_resume(
-            settings, args.job_id, progress, args.errors_out, interrupt, apply=apply
+            settings,
+            args.job_id,
+            progress,
+            args.errors_out,
+            interrupt,
+            apply=apply,
+            errors_format=args.errors_format,
         )
 
     try:

@@ -166,6 +166,7 @@ def _add_import_parser(
         help="write the per-row error report here as CSV: line, column, reason, severity, "
         "value, formula-safe (default: none written)",
     )
+    _errors_format(imp)
     imp.add_argument(
         "--user-id",
         metavar="U",
@@ -309,6 +310,7 @@ def _add_admin_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     resume.add_argument("job_id", type=_job_id, metavar="JOB", help="the import's id")
     resume.add_argument("--errors-out", type=Path, help="write the error report (CSV) here")
+    _errors_format(resume)
     resume.add_argument("--json", action="store_true", help="one JSON object on stdout")
     apply = job_commands.add_parser(
         "apply",
@@ -317,6 +319,7 @@ def _add_admin_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     apply.add_argument("job_id", type=_job_id, metavar="JOB", help="the import's id")
     apply.add_argument("--errors-out", type=Path, help="write the error report (CSV) here")
+    _errors_format(apply)
     apply.add_argument("--json", action="store_true", help="one JSON object on stdout")
     remove = job_commands.add_parser(
         "remove-data",
@@ -336,3 +339,14 @@ def _add_admin_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "replay", help="republish the dead letters of running imports to the main queue"
     )
     replay.add_argument("--job", type=_job_id, help="only this import's (default: every one's)")
+
+
+def _errors_format(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--errors-format",
+        choices=("csv", "source"),
+        default="csv",
+        help="--errors-out as the report (csv: line, column, reason, severity, value) or as the "
+        "rejected rows as they were sent, with a leading importer_error column, to fix and "
+        "import again (source) (default %(default)s)",
+    )

@@ -16,6 +16,7 @@ from importer.core.errors import FileRejectedError, LayoutError
 from importer.core.keys import DedupeKey, parse_key
 from importer.core.models import Attribute, Channel, Reason
 from importer.core.policy import DEFAULT_POLICY, ChannelRule, MergePolicy, parse_policy
+from importer.core.report import SOURCE_ERROR_COLUMN
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,8 +301,10 @@ def _key_channel(layout: Layout | None) -> Channel | None:
 
 
 def _implicit_target(name: str, unmapped_as_custom: bool) -> Target | None:
-    """A column the layout does not name: its alias, else a custom field (unless ignored)."""
-    if not name.strip():
+    """A column the layout does not name: its alias, else a custom field (unless ignored). The
+    ``importer_error`` column of a source-format error report is never a field: a fixed report
+    imports as the file it came from."""
+    if not name.strip() or name.strip() == SOURCE_ERROR_COLUMN:
         return None
     target = target_for_header(name)
     if target.custom is not None and not unmapped_as_custom:

@@ -211,3 +211,17 @@ async def jsonl_report(issues: AsyncIterator[RowIssue]) -> AsyncIterator[bytes]:
             yield bytes(pending)
             pending.clear()
     yield bytes(pending)
+
+
+async def text_chunks(lines: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    """Text as UTF-8 bytes in pieces of about :data:`REPORT_FLUSH_BYTES`."""
+    pending: list[str] = []
+    size = 0
+    async for line in lines:
+        pending.append(line)
+        size += len(line)
+        if size >= REPORT_FLUSH_BYTES:
+            yield "".join(pending).encode("utf-8")
+            pending, size = [], 0
+    if pending:
+        yield "".join(pending).encode("utf-8")

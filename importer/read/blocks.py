@@ -9,7 +9,7 @@ UTF-8 read as Windows-1252.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from importer.core.config import PipelineConfig
 from importer.core.models import (
@@ -111,7 +111,7 @@ class BlockParser:
             return None
         if self._checkpoint is not None:
             records = self._after_checkpoint(records, self._checkpoint)
-        return self.chunker.feed(records)
+        return self._emit(records)
 
     def close(self) -> None:
         if self._sheet is not None:
@@ -123,13 +123,20 @@ class BlockParser:
         if self._inflater is not None:
             self._inflater.finish()
         if self._spool is not None:
-            return self.chunker.finish()
+            return self._emit_end()
         batches: list[Batch] = []
         reader = self._reader
         if reader is None:
             reader = self._start(bytes(self._head))
-            batches += self.chunker.feed(reader.feed(self._resumed(bytes(self._head))))
-        return batches + self.chunker.feed(reader.finish()) + self.chunker.finish()
+            batches += self._emit(reader.feed(self._resumed(bytes(self._head))))
+        return batches + self._emit(reader.finish()) + self._emit_end()
+
+    def _emit(self, records: Sequence[RawRecord] | Sequence[JsonRecord]) -> list[Batch]:
+        """The batches of the records read (a :class:`RecordParser` keeps the records)."""
+        return self.chunker.feed(records)
+
+    def _emit_end(self) -> list[Batch]:
+        return self.chunker.finish()
 
     def _open_sheet(self, spool: WorkbookSpool) -> SheetReader:
         limits, layout = self._config.limits, self._config.layout
@@ -162,7 +169,7 @@ class BlockParser:
                 return []
             data = bytes(self._head)
             reader = self._start(data)
-        return self.chunker.feed(reader.feed(self._resumed(data)))
+        return self._emit(reader.feed(self._resumed(data)))
 
     def _start(self, head: bytes) -> CsvReader | JsonlReader:
         """The reader, from the head: at the file's start, or at the checkpoint."""
@@ -195,6 +202,33 @@ class BlockParser:
         if checkpoint is None or start >= checkpoint.end_offset:
             return data
         return data[checkpoint.end_offset - start :]
+
+
+class RecordParser(BlockParser):
+    """A :class:`BlockParser` that keeps the records read instead of cutting them into batches
+    (the source-format error report reads the file back): :meth:`take` gives those read so far,
+    in file order, as decoded, with their lines."""
+
+    def __init__(self, job: Job, source_name: str, config: PipelineConfig) -> None:
+        super().__init__(job, source_name, config)
+        self._records: list[RawRecord | JsonRecord] = []
+
+    def _emit(self, records: Sequence[RawRecord] | Sequence[JsonRecord]) -> list[Batch]:
+        self._records += records
+        return []
+
+    def _emit_end(self) -> list[Batch]:
+        return []
+
+    def take(self) -> list[RawRecord | JsonRecord]:
+        records, self._records = self._records, []
+        return records
+
+    @property
+    def delimiter(self) -> str:
+        """The file's delimiter, once read (a workbook's report is written with commas)."""
+        reader = self._reader
+        return reader.delimiter if isinstance(reader, CsvReader) else ","
 
 
 def suspect_encoding_warning(encoding: str, seen: str) -> JobWarning:

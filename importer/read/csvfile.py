@@ -57,6 +57,10 @@ class CsvReader(RecordReader[RawRecord]):
         self._check_over = min(max_field_chars, max_record_chars)
         self._prefix = 0  # while skipping, _buf starts with a state prefix of this length
 
+    @property
+    def delimiter(self) -> str:
+        return self._delimiter
+
     def _consume(self, text: str, final: bool) -> list[RawRecord]:
         buf = self._buf + text if self._buf else text
         dirty = self._dirty or self._decoder.escaped

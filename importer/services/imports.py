@@ -32,6 +32,7 @@ from importer.core.errors import (
 )
 from importer.core.models import (
     TERMINAL_STATUSES,
+    InputFormat,
     JobStatus,
     JobView,
     NewJob,
@@ -58,9 +59,11 @@ from importer.core.options import (
     tenant_key_problem,
 )
 from importer.core.principals import Permission, Principal
-from importer.ports import CatalogStore, JobStore, ObjectStore
+from importer.ports import CatalogStore, JobStore, LocalFiles, ObjectStore
 from importer.services.documents import decode_cursor, encode_cursor
-from importer.services.runs import format_for
+from importer.services.local import sealed_source
+from importer.services.reports import source_report
+from importer.services.runs import format_for, job_config
 from importer.settings import Settings
 
 # History page sizes: enough for a screen, small enough that a page is one cheap index scan.
@@ -155,12 +158,14 @@ class ImportService:
         objects: ObjectStore,
         settings: Settings,
         clock: Callable[[], dt.datetime] = utc_now,
+        local_files: LocalFiles | None = None,
     ) -> None:
         self._jobs = jobs
         self._catalog = catalog
         self._objects = objects
         self._settings = settings
         self.clock = clock
+        self._local_files = local_files  # a command line's files, where this service runs
 
     # --- creating from a stream (multipart) ---------------------------------------------------
 
@@ -358,6 +363,22 @@ class ImportService:
         """The job's per-row report; the job is checked before the first byte is sent."""
         await self.view(principal, job_id)
         return self._jobs.row_issues(job_id)
+
+    async def source_report(
+        self, principal: Principal, job_id: uuid.UUID
+    ) -> tuple[InputFormat, AsyncIterator[str]]:
+        """The report as the rows the user sent (``?format=source``): the job is checked, and
+        its file opened against its seal, before the first byte is sent. A file gone or
+        changed since (or a command line's local file, which this service cannot read) gives
+        the report of lines and reasons only, said in its first row."""
+        require_any(principal, READ_PERMISSIONS)
+        job = await self._jobs.stored_job(principal.client_id, job_id)
+        config = job_config(self._settings, job)
+        try:
+            source = await sealed_source(job, self._objects, self._local_files)
+        except (ObjectNotFoundError, ChecksumMismatchError):
+            source = None
+        return job.input_format, source_report(job, source, config, self._jobs.row_issues(job_id))
 
     async def history(self, principal: Principal, query: HistoryQuery) -> Page:
         """Newest first, one page after the cursor; plain users see their own jobs only."""

@@ -260,13 +260,24 @@ async def apply_job(
     return await run_here(store, job, source, config, settings, progress, stop, started)
 
 
+async def sealed_source(
+    job: Job, objects: ObjectStore, local_files: LocalFiles | None
+) -> ObjectSource:
+    """The job's file, checked against its seal (a command line's local file, an upload, a
+    command line's object); raises ObjectNotFoundError (also for a local file without
+    ``local_files``: not readable where this runs) or ChecksumMismatchError."""
+    if job.local_path is not None:
+        if local_files is None:
+            raise ObjectNotFoundError(f"{job.local_path}: a command line's file, not readable here")
+        return await local_file_source(job, local_files)
+    return await _stored_source(job, objects)
+
+
 async def _resume_source(job: Job, objects: ObjectStore, local_files: LocalFiles) -> ObjectSource:
     """The job's file as sealed, or a refusal saying what differs."""
     where = job.local_path or job.source
     try:
-        if job.local_path is not None:
-            return await local_file_source(job, local_files)
-        return await _stored_source(job, objects)
+        return await sealed_source(job, objects, local_files)
     except ObjectNotFoundError:
         raise ImporterError(f"import {job.id}: its file {where} is not there") from None
     except ChecksumMismatchError as exc:

@@ -16,10 +16,10 @@ import asyncpg
 from importer.adapters.postgres import jobs
 from importer.adapters.postgres.jobs import finalize_on
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
-from importer.adapters.postgres.records import view_from_row
+from importer.adapters.postgres.records import job_from_row, view_from_row
 from importer.core import lifecycle
 from importer.core.errors import IllegalTransitionError, JobNotFoundError
-from importer.core.models import JobStatus, JobView, RowIssue
+from importer.core.models import Job, JobStatus, JobView, RowIssue
 from importer.sql import queries
 
 # The keyset of a first history page: after every (created_at, id).
@@ -46,6 +46,14 @@ class PostgresJobViews:
         if row is None:
             raise JobNotFoundError(f"import {job_id} does not exist")
         return view_from_row(row)
+
+    async def stored_job(self, client_id: int, job_id: uuid.UUID) -> Job:
+        """The job as stored (its layout, format, file), scoped by client like :meth:`view_job`."""
+        with translated_errors():
+            row = await self._pool.fetchrow(self._q["get_job"], job_id)
+        if row is None or row["client_id"] != client_id:
+            raise JobNotFoundError(f"import {job_id} does not exist")
+        return job_from_row(row)
 
     async def list_jobs(
         self,

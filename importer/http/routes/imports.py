@@ -7,6 +7,7 @@ the OpenAPI document lists paths in the order routes are added, and that order i
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -14,7 +15,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
 from importer.core.errors import InvalidRequestError, UnsupportedMediaTypeError
-from importer.core.models import JobView
+from importer.core.models import InputFormat, JobView
 from importer.core.objects import StoredObject
 from importer.core.principals import Principal
 from importer.http import openapi as doc
@@ -34,9 +35,10 @@ from importer.http.streams import (
     csv_report,
     jsonl_report,
     progress_events,
+    text_chunks,
 )
 from importer.services.documents import job_document
-from importer.services.imports import PlannedUpload, parse_history_query
+from importer.services.imports import ImportService, PlannedUpload, parse_history_query
 
 router = APIRouter()
 
@@ -253,7 +255,7 @@ async def import_events(
 @router.get(
     "/v1/imports/{job_id}/errors",
     tags=["imports"],
-    summary="The per-row error report (CSV, formula-safe; or JSONL)",
+    summary="The per-row error report (CSV, formula-safe; JSONL; or the rejected rows as sent)",
     responses={
         200: {
             "content": {
@@ -268,8 +270,10 @@ async def import_errors(
     job_id: JobId,
     principal: Caller,
     service: Service,
-    report_format: Annotated[str, Query(alias="format", pattern="^(csv|jsonl)$")] = "csv",
+    report_format: Annotated[str, Query(alias="format", pattern="^(csv|jsonl|source)$")] = "csv",
 ) -> StreamingResponse:
+    if report_format == "source":
+        return await _source_report(job_id, principal, service)
     issues = await service.row_issues(principal, job_id)
     csv_format = report_format == "csv"
     return StreamingResponse(
@@ -278,6 +282,24 @@ async def import_errors(
         headers={
             "Content-Disposition": (
                 f'attachment; filename="import-{job_id}-errors.{report_format}"'
+            )
+        },
+    )
+
+
+async def _source_report(
+    job_id: uuid.UUID, principal: Principal, service: ImportService
+) -> StreamingResponse:
+    """``?format=source``: the rejected rows as they were sent, with ``importer_error`` (a
+    JSON Lines file's as JSON Lines; every other as CSV in the file's delimiter)."""
+    input_format, lines = await service.source_report(principal, job_id)
+    jsonl = input_format is InputFormat.JSONL
+    return StreamingResponse(
+        text_chunks(lines),
+        media_type="application/x-ndjson" if jsonl else "text/csv; charset=utf-8",
+        headers={
+            "Content-Disposition": (
+                f'attachment; filename="import-{job_id}-rejected.{"jsonl" if jsonl else "csv"}"'
             )
         },
     )
