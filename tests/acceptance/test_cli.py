@@ -268,3 +268,18 @@ async def test_the_sample_keyed_by_email_previews_then_imports_the_same_counters
         db_dsn, "SELECT count(*) AS n, count(cpf_cnpj) AS cpfs FROM contact WHERE client_id = 71"
     )
     assert (rows[0]["n"], rows[0]["cpfs"]) == (done["inserted"], 0)
+
+
+def test_errors_format_source_writes_the_rejected_rows_as_sent(db_dsn: str, tmp_path: Path) -> None:
+    """``--errors-out FILE --errors-format source`` (issue 15 point 2): the header and each
+    rejected row as it was in the file, behind ``importer_error``, in its delimiter."""
+    path = tmp_path / "tab.csv"
+    path.write_text("nome\tcpf\nAna\t52998224725\nBob\t111\n", encoding="utf-8")
+    out = tmp_path / "rejected.csv"
+    args = ("--client-id", "72", "--errors-out", str(out), "--errors-format", "source")
+    code, doc = import_json(db_dsn, path, *args)
+    assert (code, doc["invalid"]) == (0, 1)
+    assert list(csv.reader(io.StringIO(out.read_text("utf-8")), delimiter="\t")) == [
+        ["importer_error", "nome", "cpf"],
+        ["line 3: invalid_cpf (cpf)", "Bob", "111"],
+    ]

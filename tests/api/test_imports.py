@@ -31,6 +31,7 @@ from tests.api.support import (
     wait_terminal,
 )
 from tests.support import bad_cpf, cpf, db_state, fetch, finalization_counts, import_file
+from tests.xlsx_support import write_workbook
 
 pytestmark = pytest.mark.api
 
@@ -654,3 +655,60 @@ async def test_a_layout_keyed_by_email_refuses_replace_and_a_mapped_cpf(
         http, bearer, (await upload(http, bearer, content, layout=mapped)).json()["id"]
     )
     assert (job["status"], job["fail_reason"]) == ("failed", "invalid_layout")
+
+
+async def test_the_source_report_gives_the_rejected_rows_as_sent_and_imports_again(
+    server: Server, http: httpx.AsyncClient, client_ids: itertools.count[int], tmp_path: Path
+) -> None:
+    """Issue 15 point 2: ``?format=source`` is the file's header and each rejected row as it
+    was sent (its delimiter, its cells, formula-safe) behind ``importer_error``; sent again, it
+    rejects the same rows — and another tenant gets a 404."""
+    client = next(client_ids)
+    bearer = token(client)
+    content = (
+        "nome;cpf;email;telefone\n"
+        "Ana;" + cpf(820) + ";ana@x.com;\n"
+        "=Bob;123;bob@x.com;+55 11 91234-5678\n"
+        '"Caio\nJr";;c@x.com;\n'
+    ).encode()
+    job = await wait_terminal(http, bearer, (await upload(http, bearer, content)).json()["id"])
+    assert job["status"] == "completed"
+    url = f"/v1/imports/{job['id']}/errors"
+    sent = await http.get(url, params={"format": "source"}, headers=auth(bearer))
+    assert sent.status_code == 200
+    assert sent.headers["content-type"].startswith("text/csv")
+    assert list(csv.reader(io.StringIO(sent.text), delimiter=";")) == [
+        ["importer_error", "nome", "cpf", "email", "telefone"],
+        ["line 3: invalid_cpf (cpf)", "'=Bob", "123", "bob@x.com", "'+55 11 91234-5678"],
+        ["line 4: missing_cpf_cnpj (cpf)", "Caio\nJr", "", "c@x.com", ""],
+    ]
+    other = await http.get(url, params={"format": "source"}, headers=auth(token(next(client_ids))))
+    assert other.status_code == 404
+    again = await upload(http, bearer, sent.content, "fixed-later.csv")
+    redone = await wait_terminal(http, bearer, again.json()["id"])
+    assert redone["status"] == "completed"  # no importer_error custom field: no placeholders
+    assert counters(redone)["invalid"] == 2
+    fields = await fetch(
+        server.dsn, "SELECT name FROM custom_field WHERE client_id = $1 ORDER BY name", client
+    )
+    assert "importer_error" not in [r["name"] for r in fields]
+
+
+async def test_the_source_report_of_a_workbook_is_csv_of_its_sheet(
+    http: httpx.AsyncClient, client_ids: itertools.count[int], tmp_path: Path
+) -> None:
+    bearer = token(next(client_ids))
+    path = write_workbook(
+        tmp_path / "w.xlsx", [["nome", "cpf"], ["Ana", cpf(830)], ["Bob", "999"], ["Zed", None]]
+    )
+    created = await upload(http, bearer, path.read_bytes(), "w.xlsx")
+    job = await wait_terminal(http, bearer, created.json()["id"])
+    assert job["status"] == "completed"
+    sent = await http.get(
+        f"/v1/imports/{job['id']}/errors", params={"format": "source"}, headers=auth(bearer)
+    )
+    assert list(csv.reader(io.StringIO(sent.text))) == [
+        ["importer_error", "nome", "cpf"],
+        ["line 3: invalid_cpf (cpf)", "Bob", "999"],
+        ["line 4: missing_cpf_cnpj (cpf)", "Zed", ""],
+    ]
