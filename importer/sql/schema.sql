@@ -266,6 +266,54 @@ CREATE TABLE IF NOT EXISTS import_merge_mark (
     PRIMARY KEY (job_id, contact_id, target)
 );
 
+-- Undo (issue 15): each batch journals, in its own transaction, what it changes of the contacts
+-- that existed before the import (the contacts it creates carry its id: contact.import_job_id,
+-- and its replace's soft-deleted details are in import_merge_mark.replaced). A contact's row
+-- before the import's first change of it, and after its last (the undo refuses when another
+-- writer changed it since); a custom value before (NULL: none) and after; a channel it added.
+CREATE TABLE IF NOT EXISTS import_journal_contact (
+    job_id                uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
+    contact_id            bigint NOT NULL,
+    name                  text,
+    street_address        text,
+    updated_at            timestamptz NOT NULL,
+    after_updated_at      timestamptz NOT NULL,
+    PRIMARY KEY (job_id, contact_id)
+);
+
+CREATE TABLE IF NOT EXISTS import_journal_custom (
+    job_id           uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
+    contact_id       bigint NOT NULL,
+    custom_field_id  integer NOT NULL,
+    before           text,
+    after            text NOT NULL,
+    PRIMARY KEY (job_id, contact_id, custom_field_id)
+);
+
+CREATE TABLE IF NOT EXISTS import_journal_detail (
+    job_id      uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
+    contact_id  bigint NOT NULL,
+    channel_id  smallint NOT NULL,
+    value       text COLLATE "C" NOT NULL,
+    PRIMARY KEY (job_id, contact_id, channel_id, value)
+);
+
+-- The contacts each batch created (their ids: the undo's slices, and no index on
+-- contact.import_job_id to slow every import's inserts).
+CREATE TABLE IF NOT EXISTS import_journal_created (
+    job_id      uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
+    chunk_no    integer NOT NULL,
+    partition   integer NOT NULL,
+    part        integer NOT NULL,
+    ids         bigint[] NOT NULL,
+    PRIMARY KEY (job_id, chunk_no, partition, part)
+);
+
+-- Which imports journaled another import's contacts (the undo's conflict check), by contact.
+CREATE INDEX IF NOT EXISTS import_journal_contact_contact_idx ON import_journal_contact (contact_id);
+CREATE INDEX IF NOT EXISTS import_journal_custom_contact_idx ON import_journal_custom (contact_id);
+CREATE INDEX IF NOT EXISTS import_journal_detail_contact_idx ON import_journal_detail (contact_id);
+
 -- Invalid rows and warnings, with the 1-based physical line where the record starts.
 CREATE TABLE IF NOT EXISTS import_row_error (
     job_id       uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import asyncpg
 
-from importer.adapters.postgres import contacts, copybin
+from importer.adapters.postgres import contacts, copybin, journal
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.adapters.postgres.records import storable_text
 from importer.core import failpoints, keys, lifecycle, merge, policy
@@ -134,7 +134,7 @@ class PostgresBatches:
                     if failpoints.armed is not None:
                         await failpoints.armed.reach(failpoints.chunk_point(batch.chunk_no))
                     new_keys, refused = (
-                        await self._write_rows(conn, job, batch.rows) if batch.rows else (0, [])
+                        await self._write_rows(conn, job, batch) if batch.rows else (0, [])
                     )
                     if refused:  # a channel key's ambiguous rows: invalid after all
                         batch = lifecycle.with_refused_rows(batch, refused)
@@ -268,14 +268,13 @@ class PostgresBatches:
         if not recorded:
             raise BatchAlreadyAppliedError()
 
-    async def _write_rows(
-        self, conn: Conn, job: Job, rows: Sequence[ContactRow]
-    ) -> tuple[int, list[RowIssue]]:
+    async def _write_rows(self, conn: Conn, job: Job, batch: Batch) -> tuple[int, list[RowIssue]]:
         """Decide the batch's writes from the stored state, then make only those. Returns the
         new keys and the rows refused as ``ambiguous_key`` (a channel key's: core.keys)."""
         rules = self._policy(job)
         channel = keys.key_channel_of(job.layout)
         refused: list[RowIssue] = []
+        rows = batch.rows
         if channel is not None:
             names = {i: lower for lower, i in self._client_field_ids(job.client_id).items()}
             folded, stored, refused = await contacts.resolved_batch(
@@ -289,7 +288,7 @@ class PostgresBatches:
                 stored = await self._stored_with_provenance(conn, job, sorted(folded))
         plan = merge.plan_batch(folded, job.strategy, stored, rules)
         plan.cpf_keys = channel is None
-        await self._write_plan(conn, job, plan)
+        await self._write_plan(conn, job, plan, batch.key)
         return plan.new_keys, refused
 
     async def ambiguous_rows(self, job: Job, rows: Sequence[ContactRow]) -> list[RowIssue]:
@@ -332,12 +331,16 @@ class PostgresBatches:
         rows = await conn.fetch(query, job.client_id, keys, list(names), job.id)
         return {r["cpf_cnpj"]: contacts.stored_with_provenance(r, names) for r in rows}
 
-    async def _write_plan(self, conn: Conn, job: Job, plan: merge.BatchPlan) -> None:
-        """COPY the new contacts, channels and custom values; then update what MERGE changes in
-        stored contacts."""
+    async def _write_plan(
+        self, conn: Conn, job: Job, plan: merge.BatchPlan, batch: journal.BatchKey
+    ) -> None:
+        """Journal what the batch changes of stored contacts (the undo's before-images, read
+        before any write); COPY the new contacts, channels and custom values; then update what
+        MERGE changes in stored contacts."""
         client = job.client_id
         ids = await self._contact_ids(conn, len(plan.new_contacts))
         field_ids = self._client_field_ids(client)
+        await journal.write_journal(conn, self._q, job, batch, plan, ids, field_ids)
         # Let the event loop serve others (HTTP requests in `importer serve`) before the batch's
         # rows are encoded: several milliseconds of work.
         await asyncio.sleep(0)
