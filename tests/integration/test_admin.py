@@ -254,3 +254,30 @@ async def test_a_command_line_dry_run_applied_through_the_api_is_the_workers_to_
         "updated": done.counters.updated, "invalid": done.counters.invalid,
         "error": done.counters.error, "ignored": done.counters.ignored,
     }  # fmt: skip
+
+
+async def test_remove_data_of_an_email_keyed_import_removes_its_contacts_without_cpf(
+    env: Env, client_ids: Iterator[int], tmp_path: Path
+) -> None:
+    """The contacts a channel-keyed import created have no CPF (core.keys): the removal finds
+    them by the ids its batches journaled, not by the client's CPF index."""
+    client = next(client_ids)
+    path = contacts_csv(tmp_path / "keyed.csv", 60)
+    layout: dict[str, object] = {"key": "email", "columns": {"cpf": "ignore"}}
+    job_id = await upload_job(env, client, path, chunk_size=CHUNK, partitions=1, layout=layout)
+    await env.views.start_job(client, job_id, f"start:{job_id}")
+    await asyncio.wait_for(run_worker(env).run(), WAIT_S)
+    done = await env.views.view_job(client, job_id)
+    assert done.counters.inserted > 0
+    removed = await env.admin.remove_job_data(client, job_id)
+    assert removed.contacts == done.counters.inserted
+    live = await fetch(
+        env.dsn,
+        "SELECT count(*) AS n FROM contact WHERE client_id = $1 AND deleted_at IS NULL",
+        client,
+    )
+    assert live[0]["n"] == 0
+    journal = await fetch(
+        env.dsn, "SELECT count(*) AS n FROM import_journal_created WHERE job_id = $1", job_id
+    )
+    assert journal[0]["n"] == 0  # the journal goes with the data

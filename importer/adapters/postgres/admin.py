@@ -62,16 +62,20 @@ class PostgresAdmin:
                 contacts = await conn.fetchrow(
                     self._q["remove_job_contacts"], job_id, owner, removed_at
                 )
+                keyless = await conn.fetchrow(
+                    self._q["remove_job_contacts_without_cpf"], job_id, owner, removed_at
+                )
                 ledger = await conn.fetchrow(self._q["clear_job_ledger"], job_id)
                 marked = await conn.fetchrow(self._q["mark_data_removed"], job_id, removed_at)
         assert contacts is not None
+        assert keyless is not None
         assert ledger is not None
         assert marked is not None
         return RemovedData(
             job_id,
             owner,
-            contacts=contacts["contacts"],
-            details=contacts["details"],
+            contacts=contacts["contacts"] + keyless["contacts"],
+            details=contacts["details"] + keyless["details"],
             chunks=ledger["chunks"],
             row_errors=ledger["row_errors"],
             removed_at=marked["data_removed_at"],

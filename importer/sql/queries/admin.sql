@@ -90,8 +90,25 @@ details AS (
 )
 SELECT (SELECT count(*) FROM removed) AS contacts, (SELECT count(*) FROM details) AS details;
 
+-- name: remove_job_contacts_without_cpf
+-- remove_job_contacts for the contacts without a CPF/CNPJ the import created (an import keyed
+-- by a channel, core.keys), found by the ids its batches journaled (import_journal_created).
+WITH removed AS (
+    UPDATE contact SET deleted_at = $3, updated_at = $3
+    WHERE id = ANY(ARRAY(SELECT unnest(ids) FROM import_journal_created WHERE job_id = $1))
+      AND client_id = $2 AND cpf_cnpj IS NULL AND import_job_id = $1 AND deleted_at IS NULL
+    RETURNING id
+),
+details AS (
+    UPDATE contact_details d SET deleted_at = $3
+    FROM removed r
+    WHERE d.contact_id = r.id AND d.deleted_at IS NULL
+    RETURNING d.id
+)
+SELECT (SELECT count(*) FROM removed) AS contacts, (SELECT count(*) FROM details) AS details;
+
 -- name: clear_job_ledger
--- The run's ledger, lanes, merge marks and per-row report go with the data: a requeue then reads
+-- The run's ledger, lanes, merge marks, undo journal and per-row report go with the data: a requeue then reads
 -- the whole file again (with the ledger kept it would find every chunk done and import nothing;
 -- with the marks, a merge policy would take the removed run's values for its own), and the
 -- report's raw values are the file's data too.
@@ -106,6 +123,18 @@ row_errors AS (
 ),
 marks AS (
     DELETE FROM import_merge_mark WHERE job_id = $1
+),
+journal_contacts AS (
+    DELETE FROM import_journal_contact WHERE job_id = $1
+),
+journal_customs AS (
+    DELETE FROM import_journal_custom WHERE job_id = $1
+),
+journal_details AS (
+    DELETE FROM import_journal_detail WHERE job_id = $1
+),
+journal_created AS (
+    DELETE FROM import_journal_created WHERE job_id = $1
 )
 SELECT (SELECT count(*) FROM chunks) AS chunks, (SELECT count(*) FROM row_errors) AS row_errors;
 
