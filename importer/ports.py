@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapp
 from pathlib import Path
 from typing import Any, Protocol
 
+from importer.core import lifecycle
 from importer.core.accelerator import RateDecision
 from importer.core.models import (
     Batch,
@@ -595,6 +596,22 @@ class AdminStore(Protocol):
     async def job_statuses(
         self, client_id: int | None, job_ids: Sequence[uuid.UUID]
     ) -> dict[uuid.UUID, tuple[int, JobStatus]]: ...
+
+
+class UndoStore(Protocol):
+    """An import's undo (:class:`importer.adapters.postgres.undo.PostgresUndo`)."""
+
+    async def undo_client(self, client_id: int | None, job_id: uuid.UUID) -> int:
+        """The job's client (``client_id`` None: the owner's command line, any client's)."""
+        ...
+
+    async def begin_undo(self, client_id: int | None, job_id: uuid.UUID) -> lifecycle.UndoStart:
+        """Decide, check the conflicts (UndoConflictError), enter ``undoing``."""
+        ...
+
+    async def undo_slice(self, job_id: uuid.UUID) -> bool:
+        """One slice in its own transaction; False once the undo ended ``undone``."""
+        ...
 
 
 class JobReader(Protocol):

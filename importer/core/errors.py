@@ -111,6 +111,16 @@ class ImportAlreadyAppliedError(ConflictError):
     code = "import_already_applied"
 
 
+class UndoConflictError(ConflictError):
+    """Another writer changed what the undo would restore: undo the later imports first."""
+
+    code = "undo_conflict"
+
+    def __init__(self, message: str, conflicts: list[tuple[int, list[str]]]) -> None:
+        super().__init__(message)
+        self.conflicts = conflicts  # (contact id, the imports whose journals name it), ≤ 100
+
+
 class PreviewExpiredError(ConflictError):
     """The preview waited longer than its time to live: it is cancelled, not applied."""
 

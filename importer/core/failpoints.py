@@ -41,6 +41,8 @@ AFTER_COMMIT = "after_commit"  # a batch committed, its counters not yet added i
 BEFORE_FINALIZE = "before_finalize"  # before the finalization's transaction
 AFTER_FINALIZE_BEFORE_RETURN = "after_finalize_before_return"  # finalization committed
 BEFORE_DEAD_LETTER = "before_dead_letter"  # a batch given up and recorded, its copy not yet sent
+UNDO_SLICE_BEFORE_COMMIT = "undo_slice_before_commit"  # an undo's slice written, not committed
+UNDO_AFTER_SLICE = "undo_after_slice"  # an undo's slice committed, the next not begun
 # One batch's chunk: ``chunk:<n>`` is reached as chunk n's batch (each of its partitions, each
 # piece) begins its transaction — a poison chunk (``chunk:7=error``) or a slow one.
 CHUNK_PREFIX = "chunk:"
@@ -52,6 +54,8 @@ POINTS = frozenset(
         BEFORE_FINALIZE,
         AFTER_FINALIZE_BEFORE_RETURN,
         BEFORE_DEAD_LETTER,
+        UNDO_SLICE_BEFORE_COMMIT,
+        UNDO_AFTER_SLICE,
     }
 )
 

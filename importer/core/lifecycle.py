@@ -4,8 +4,9 @@ counters, retry routing and the splitting of refused batches."""
 from __future__ import annotations
 
 import enum
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from importer.core.errors import (
     IllegalTransitionError,
@@ -24,7 +25,8 @@ from importer.core.models import (
     RowIssue,
 )
 
-_NON_TERMINAL = frozenset(JobStatus) - TERMINAL_STATUSES
+# An undo (its own way, UNDO_SOURCES) is neither cancelled nor failed half-way: it resumes.
+_NON_TERMINAL = frozenset(JobStatus) - TERMINAL_STATUSES - {JobStatus.UNDOING}
 
 # target status → the statuses it may be reached from (seed 001's state machine).
 ALLOWED_SOURCES: dict[JobStatus, frozenset[JobStatus]] = {
@@ -39,14 +41,28 @@ ALLOWED_SOURCES: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.COMPLETED_WITH_PLACEHOLDERS: frozenset({JobStatus.IMPORTING}),
     JobStatus.FAILED: _NON_TERMINAL,
     JobStatus.CANCELLED: _NON_TERMINAL,
+    JobStatus.UNDOING: frozenset(),  # by an undo only (UNDO_SOURCES)
+    JobStatus.UNDONE: frozenset(),
 }
+
+# An undo (issue 15), apart from ALLOWED_SOURCES like a requeue: an ended import that wrote
+# rows goes to ``undoing`` (again, when an undo stopped half-way resumes), then ``undone``.
+UNDO_SOURCES = frozenset(
+    {
+        JobStatus.COMPLETED,
+        JobStatus.COMPLETED_WITH_PLACEHOLDERS,
+        JobStatus.FAILED,
+        JobStatus.CANCELLED,
+        JobStatus.UNDOING,
+    }
+)
 
 
 # The owner's way back to ``queued`` (seed 001's runbook: remove the data, requeue), apart from
 # ALLOWED_SOURCES on purpose: a user's start goes by ALLOWED_SOURCES[QUEUED], and must never
 # bring an ended job back (the one-time gate). A failed or cancelled run may be requeued as it
 # is (the next run resumes from the ledger); a completed one only once its data was removed.
-REQUEUE_SOURCES = frozenset({JobStatus.FAILED, JobStatus.CANCELLED})
+REQUEUE_SOURCES = frozenset({JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.UNDONE})
 REQUEUE_AFTER_REMOVAL_SOURCES = TERMINAL_STATUSES
 
 
@@ -163,6 +179,8 @@ def removal_refusal(current: JobStatus) -> ImporterError | None:
     """Why an import's data cannot be removed now: only an ended import's data can."""
     if current in TERMINAL_STATUSES:
         return None
+    if current is JobStatus.UNDOING:
+        return IllegalTransitionError("the import is being undone: undo it again to end that")
     return IllegalTransitionError(f"the import is {current.value}: cancel it first")
 
 
@@ -174,8 +192,8 @@ class CancelAction(enum.Enum):
 
 def cancel_action(current: JobStatus, claimed: bool) -> CancelAction:
     """What cancelling a job in ``current`` does; ``claimed``: a lease was ever taken on it."""
-    if current in TERMINAL_STATUSES:
-        return CancelAction.NOTHING
+    if current in TERMINAL_STATUSES or current is JobStatus.UNDOING:
+        return CancelAction.NOTHING  # an undo is never left half-way: it runs to its end
     if (current in WAITING_STATUSES or current is JobStatus.READY) and not claimed:
         return CancelAction.NOW
     return CancelAction.REQUEST
@@ -408,3 +426,36 @@ _LAST_ANALYZE_STEP = 2_000_000
 def next_analyze_threshold(current: int) -> int:
     """The next ANALYZE comes after twice as many inserts, up to a fixed step."""
     return min(current * 2, _LAST_ANALYZE_STEP)
+
+
+class UndoAction(enum.Enum):
+    RUN = "run"  # check the conflicts, then undo (or resume an undo that stopped half-way)
+    NOTHING = "nothing"  # undone already: a repeated undo changes nothing
+
+
+@dataclass(frozen=True, slots=True)
+class UndoStart:
+    """An undo as it begins: the job's client and run, and what the undo does."""
+
+    job_id: uuid.UUID
+    client_id: int
+    run: int
+    action: UndoAction
+
+
+def undo_action(current: JobStatus, *, journaled: bool, data_removed: bool) -> UndoAction:
+    """What an undo of a job in ``current`` does, or the refusal it raises: an ended import with
+    a journal whose data is still there (remove-data took it already otherwise)."""
+    if current is JobStatus.UNDONE:
+        return UndoAction.NOTHING
+    if current not in UNDO_SOURCES:
+        raise IllegalTransitionError(
+            f"the import is {current.value}: only an ended import can be undone (cancel it first)"
+        )
+    if not journaled:
+        raise IllegalTransitionError(
+            "the import has no undo journal (it ran before undo existed): remove its data instead"
+        )
+    if data_removed:
+        raise IllegalTransitionError("the import's data was removed: there is nothing to undo")
+    return UndoAction.RUN

@@ -29,6 +29,9 @@ class JobStatus(enum.StrEnum):
     COMPLETED_WITH_PLACEHOLDERS = "completed_with_placeholders"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # An ended import taken back (issue 15): the undo's slices run (resumable), then it ends.
+    UNDOING = "undoing"
+    UNDONE = "undone"
 
 
 TERMINAL_STATUSES = frozenset(
@@ -37,6 +40,7 @@ TERMINAL_STATUSES = frozenset(
         JobStatus.COMPLETED_WITH_PLACEHOLDERS,
         JobStatus.FAILED,
         JobStatus.CANCELLED,
+        JobStatus.UNDONE,
     }
 )
 

@@ -18,7 +18,12 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from importer.core.errors import ImporterError, InvalidRequestError, RateLimitedError
+from importer.core.errors import (
+    ImporterError,
+    InvalidRequestError,
+    RateLimitedError,
+    UndoConflictError,
+)
 from importer.http.bodies import json_response
 
 log = structlog.get_logger(__name__)
@@ -32,6 +37,10 @@ def error_response(exc: ImporterError) -> Response:
         problems = [{"field": name, "message": message} for name, message in exc.problems]
         return json_response(problems, 400)
     status, code = exc.http_status, exc.code
+    if isinstance(exc, UndoConflictError):
+        conflicts = [{"contact_id": c, "imports": jobs} for c, jobs in exc.conflicts]
+        body = {"error": code, "message": str(exc), "conflicts": conflicts}
+        return json_response(body, status)
     if status < 500:
         return json_response({"error": code, "message": str(exc)}, status, **_headers(exc))
     if status == UNAVAILABLE:

@@ -266,6 +266,16 @@ CREATE TABLE IF NOT EXISTS import_merge_mark (
     PRIMARY KEY (job_id, contact_id, target)
 );
 
+-- Undo (issue 15): the statuses undoing and undone; whether the job journaled its batches (a
+-- job from before the journal has none: its data goes by remove-data), and when it was undone.
+ALTER TABLE import_job DROP CONSTRAINT IF EXISTS import_job_status_check;
+ALTER TABLE import_job ADD CONSTRAINT import_job_status_check CHECK (status IN (
+    'uploading', 'uploaded', 'queued', 'normalizing', 'ready', 'importing', 'completed',
+    'completed_with_placeholders', 'failed', 'cancelled', 'undoing', 'undone'));
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS journaled boolean NOT NULL DEFAULT false;
+ALTER TABLE import_job ALTER COLUMN journaled SET DEFAULT true;  -- every job from now on
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS undone_at timestamptz;
+
 -- Undo (issue 15): each batch journals, in its own transaction, what it changes of the contacts
 -- that existed before the import (the contacts it creates carry its id: contact.import_job_id,
 -- and its replace's soft-deleted details are in import_merge_mark.replaced). A contact's row
@@ -339,6 +349,7 @@ CREATE TABLE IF NOT EXISTS import_batch_finalized (
 );
 
 CREATE INDEX IF NOT EXISTS import_batch_finalized_user_idx ON import_batch_finalized (user_id, finalized_at);
+ALTER TABLE import_batch_finalized ADD COLUMN IF NOT EXISTS undone_at timestamptz;  -- its undo
 
 -- Messages written in the transaction that causes them; a relay publishes them (at least once).
 CREATE TABLE IF NOT EXISTS outbox (

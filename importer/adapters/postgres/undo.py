@@ -1,0 +1,100 @@
+"""An import's undo on PostgreSQL (issue 15): the decision on the locked job row, the conflict
+check, then one bounded slice per transaction from the journal (``queries/undo.sql``), each
+slice consuming the journal rows it restores — what is left is the undo's ledger.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+
+from importer.adapters.postgres.pool import pooled, translated_errors
+from importer.core import failpoints, lifecycle
+from importer.core.errors import JobNotFoundError, UndoConflictError
+from importer.core.models import JobStatus
+from importer.sql import queries
+
+SLICE_ROWS = 5000  # journal rows a slice restores (a batch's created contacts: one batch)
+CONFLICTS_SHOWN = 100
+# The journal's parts, in the order their slices run; each consumes up to SLICE_ROWS rows (the
+# created contacts: one batch's).
+_STEPS = ("undo_created", "undo_contacts", "undo_customs", "undo_details", "undo_replaced")
+
+
+class PostgresUndo:
+    """The :class:`importer.ports.UndoStore` on PostgreSQL."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        self._q = queries()
+
+    async def undo_client(self, client_id: int | None, job_id: uuid.UUID) -> int:
+        """The job's client (its import turn is taken before the undo begins)."""
+        with translated_errors():
+            row = await self._pool.fetchrow(self._q["lock_undo"], job_id, client_id)
+        if row is None:
+            raise JobNotFoundError(f"import {job_id} does not exist")
+        return int(row["client_id"])
+
+    async def begin_undo(self, client_id: int | None, job_id: uuid.UUID) -> lifecycle.UndoStart:
+        """Decide on the locked row; check that nothing changed what the undo restores (a new
+        undo: one that stopped half-way passed the check and resumes); enter ``undoing``."""
+        with translated_errors():
+            async with pooled(self._pool) as conn, conn.transaction():
+                row = await conn.fetchrow(self._q["lock_undo"], job_id, client_id)
+                if row is None:
+                    raise JobNotFoundError(f"import {job_id} does not exist")
+                status = JobStatus(row["status"])
+                action = lifecycle.undo_action(
+                    status, journaled=row["journaled"], data_removed=row["data_removed"]
+                )
+                start = lifecycle.UndoStart(job_id, row["client_id"], row["run_generation"], action)
+                if action is lifecycle.UndoAction.NOTHING:
+                    return start
+                if status is not JobStatus.UNDOING:
+                    found = await conn.fetch(
+                        self._q["undo_conflicts"], job_id, row["finished_at"], CONFLICTS_SHOWN
+                    )
+                    if found:
+                        raise _conflict(job_id, found)
+                moved = await conn.fetchval(
+                    self._q["begin_undo"], job_id, lifecycle.values(lifecycle.UNDO_SOURCES)
+                )
+                assert moved is not None  # the locked row was in an undo's source status
+        return start
+
+    async def undo_slice(self, job_id: uuid.UUID) -> bool:
+        """One slice in its own transaction: True while journal rows were left to restore;
+        False once the last step (custom fields, undone, its notification) committed."""
+        with translated_errors():
+            async with pooled(self._pool) as conn, conn.transaction():
+                for step in _STEPS:
+                    args = (job_id,) if step == "undo_created" else (job_id, SLICE_ROWS)
+                    row = await conn.fetchrow(self._q[step], *args)
+                    if row is not None and row["slices"]:
+                        await _reach(failpoints.UNDO_SLICE_BEFORE_COMMIT)
+                        break
+                else:
+                    await conn.execute(self._q["undo_custom_fields"], job_id)
+                    await conn.execute(self._q["undo_unused_fields"], job_id)
+                    await conn.fetchval(self._q["end_undo"], job_id)
+                    return False
+        await _reach(failpoints.UNDO_AFTER_SLICE)
+        return True
+
+
+async def _reach(point: str) -> None:
+    if failpoints.armed is not None:
+        await failpoints.armed.reach(point)
+
+
+def _conflict(job_id: uuid.UUID, found: list[asyncpg.Record]) -> UndoConflictError:
+    conflicts = [(r["contact_id"], [str(j) for j in r["imports"]]) for r in found]
+    later = sorted({j for _, jobs in conflicts for j in jobs})
+    by = f"imports {', '.join(later[:5])}" if later else "another writer"
+    return UndoConflictError(
+        f"import {job_id}: {len(conflicts)}{'+' if len(conflicts) >= CONFLICTS_SHOWN else ''}"
+        f" of its contacts were changed since by {by}: undo the later imports first",
+        conflicts,
+    )

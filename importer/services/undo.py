@@ -1,0 +1,53 @@
+"""Undo an ended import (issue 15): its client's contacts back to exactly their state before it.
+
+Under the client's import turn (no import of the client runs meanwhile): the decision and the
+conflict check on the locked job (``UndoStore.begin_undo``: another writer changed what the
+undo would restore → UndoConflictError, nothing undone), then slice after slice, each in its own
+transaction, until the job is ``undone``. A stopped or crashed undo is left ``undoing`` with the
+rest of its journal: undoing it again resumes there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+
+import structlog
+
+from importer.core import lifecycle
+from importer.core.errors import ImporterError
+from importer.ports import Store, UndoStore
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class UndoOutcome:
+    job_id: uuid.UUID
+    slices: int  # the slices this call ran (0: undone already)
+    seconds: float
+
+
+async def undo_import(
+    undo: UndoStore,
+    turns: Store,
+    client_id: int | None,
+    job_id: uuid.UUID,
+    stop: asyncio.Event | None = None,
+) -> UndoOutcome:
+    """Undo ``job_id`` (``client_id`` None: the owner's command line, any client's job)."""
+    started = time.perf_counter()
+    client = await undo.undo_client(client_id, job_id)
+    async with turns.client_turn(client, stop or asyncio.Event()) as turn:
+        if not turn:
+            raise ImporterError(f"import {job_id}: stopped while waiting for its client's turn")
+        start = await undo.begin_undo(client_id, job_id)
+        slices = 0
+        if start.action is lifecycle.UndoAction.RUN:
+            while await undo.undo_slice(job_id):
+                slices += 1
+    seconds = round(time.perf_counter() - started, 3)
+    log.info("import_undone", job_id=str(job_id), client_id=client, slices=slices, s=seconds)
+    return UndoOutcome(job_id, slices, seconds)
