@@ -19,6 +19,7 @@ from importer.adapters.postgres.outbox import PostgresOutbox
 from importer.adapters.postgres.pool import connect_pool, migrate
 from importer.adapters.postgres.queue import PostgresJobQueue
 from importer.adapters.postgres.store import PostgresStore
+from importer.adapters.postgres.undo import PostgresUndo
 from importer.adapters.postgres.views import PostgresJobViews
 from importer.adapters.storage.local import LocalObjectStore
 from importer.core.errors import (
@@ -494,8 +495,9 @@ async def job_reader(settings: Settings) -> AsyncIterator[PostgresJobViews]:
 @contextlib.asynccontextmanager
 async def admin_service(settings: Settings) -> AsyncIterator[AdminService]:
     """The owner's operations for the command line, on DATABASE_URL and RABBITMQ_URL."""
-    pool = await connect_pool(settings.database_url, 2)
+    pool = await connect_pool(settings.database_url, 3)  # + the client's turn of an undo
     try:
-        yield AdminService(PostgresAdmin(pool), dead_letter_queue(settings))
+        undo = (PostgresUndo(pool), PostgresJobQueue(pool, compiled=settings.compiled))
+        yield AdminService(PostgresAdmin(pool), dead_letter_queue(settings), undo)
     finally:
         await pool.close()

@@ -250,6 +250,8 @@ async def _admin_document(settings: Settings, args: argparse.Namespace) -> objec
     async with wiring.admin_service(settings) as service:
         if args.command == "job" and args.job_command == "requeue":
             return admin.requeued_document(await service.requeue(None, args.job_id))
+        if args.command == "job" and args.job_command == "undo":
+            return admin.undone_document(await service.undo(None, args.job_id))
         if args.command == "job":
             return admin.removed_document(await service.remove_data(None, args.job_id))
         if args.dlq_command == "list":

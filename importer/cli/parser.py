@@ -321,6 +321,15 @@ def _add_admin_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
     apply.add_argument("--errors-out", type=Path, help="write the error report (CSV) here")
     _errors_format(apply)
     apply.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    undo = job_commands.add_parser(
+        "undo",
+        help="take an ended import back: the client's contacts as they were before it (created "
+        "ones soft-deleted, overwritten values restored, added channels and unused new custom "
+        "fields removed); refused (exit 1) when a later write changed what it would restore; "
+        "run it again to resume one that stopped",
+    )
+    undo.add_argument("job_id", type=_job_id, metavar="JOB", help="the import's id")
+    undo.add_argument("--json", action="store_true", help="one JSON object on stdout (default)")
     remove = job_commands.add_parser(
         "remove-data",
         help="soft-delete the contacts an ended import created and clear its ledger (idempotent)",

@@ -24,6 +24,7 @@ from importer.adapters.postgres.catalog import CatalogStore
 from importer.adapters.postgres.pool import connect_pool
 from importer.adapters.postgres.queue import PostgresJobQueue
 from importer.adapters.postgres.store import PostgresStore
+from importer.adapters.postgres.undo import PostgresUndo
 from importer.adapters.postgres.views import PostgresJobViews
 from importer.adapters.storage.local import LocalObjectStore
 from importer.http import console
@@ -112,7 +113,9 @@ async def open_resources(
                 accelerator,
             )
             app.state.resources.admin = AdminService(
-                PostgresAdmin(pool), wiring.dead_letter_queue(settings)
+                PostgresAdmin(pool),
+                wiring.dead_letter_queue(settings),
+                (PostgresUndo(pool), PostgresJobQueue(pool, compiled=settings.compiled)),
             )
             if accelerator is not None:
                 accelerator.hub.start()

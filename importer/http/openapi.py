@@ -255,6 +255,11 @@ def request_body(content: dict[str, type[BaseModel]]) -> dict[str, Any]:
 # --- owner operations -------------------------------------------------------------------------
 
 
+class UndoneBody(BaseModel):
+    job: JobBody
+    slices: int = Field(description="the undo's slices this call ran (0: undone already)")
+
+
 class RequeuedBody(BaseModel):
     job: JobBody
     run: int = Field(description="the run the requeue starts (1 was the first)")

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from importer.core.errors import NoBrokerError
+from importer.core.errors import ConfigurationError, NoBrokerError
 from importer.core.models import (
     TERMINAL_STATUSES,
     DeadLetter,
@@ -32,8 +32,9 @@ from importer.core.models import (
     Requeued,
 )
 from importer.core.principals import Permission, Principal
-from importer.ports import AdminStore, DeadLetterQueue, JobReader
+from importer.ports import AdminStore, DeadLetterQueue, JobReader, Store, UndoStore
 from importer.services.documents import job_document
+from importer.services.undo import UndoOutcome, undo_import
 
 # Dead letters one look (or replay) takes from the queue at most: they are held unacknowledged
 # until it ends, so the bound keeps a deep queue from being held whole.
@@ -141,9 +142,22 @@ class ReplayOutcome:
 class AdminService:
     """The owner's operations; ``principal`` None is the command line's operator."""
 
-    def __init__(self, store: AdminStore, dead_letters: DeadLetterQueue | None) -> None:
+    def __init__(
+        self,
+        store: AdminStore,
+        dead_letters: DeadLetterQueue | None,
+        undo: tuple[UndoStore, Store] | None = None,
+    ) -> None:
         self._store = store
         self._dead_letters = dead_letters
+        self._undo = undo  # the undo's store and the client turns' (the pipeline's Store)
+
+    async def undo(self, principal: Principal | None, job_id: uuid.UUID) -> UndoOutcome:
+        """Take an ended import back (issue 15): see :func:`importer.services.undo.undo_import`."""
+        if self._undo is None:
+            raise ConfigurationError("undo is not wired here")
+        undo, turns = self._undo
+        return await undo_import(undo, turns, _scope(principal), job_id)
 
     async def requeue(
         self, principal: Principal | None, job_id: uuid.UUID, operation_id: str | None = None
@@ -229,6 +243,15 @@ def requeued_document(requeued: Requeued) -> dict[str, object]:
         "status": JobStatus.QUEUED.value,
         "run": requeued.run,
         "finalizations_removed": requeued.finalizations_removed,
+    }
+
+
+def undone_document(outcome: UndoOutcome) -> dict[str, object]:
+    return {
+        "job_id": str(outcome.job_id),
+        "status": JobStatus.UNDONE.value,
+        "slices": outcome.slices,
+        "seconds": outcome.seconds,
     }
 
 

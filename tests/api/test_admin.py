@@ -300,3 +300,44 @@ async def test_dead_letters_are_listed_per_client_and_replayed_while_the_import_
         assert [item["message_id"] for item in left["items"]] == [ended_id]
         other_page = await listed(http, token(other, permissions=[ADMIN]))
         assert [item["job_id"] for item in other_page["items"]] == [str(theirs)]
+
+
+async def test_undo_takes_an_import_back_refuses_a_conflict_and_lets_it_be_requeued(
+    server: Server, http: httpx.AsyncClient, client_ids: itertools.count[int]
+) -> None:
+    """Issue 15 point 1 over HTTP: POST /undo (IMPORT.ADMIN) ends the import ``undone`` with
+    the client's contacts as before it; a later import that changed them makes the earlier's
+    undo a 409 undo_conflict naming it; a plain user gets 403, another tenant 404; an undone
+    import may be requeued, and imports again."""
+    client = next(client_ids)
+    owner = token(client, permissions=[CREATE, ADMIN])
+    first = csv_bytes(HEADER, [("Ana", cpf(1201), "a@x.com"), ("Bia", cpf(1202), "")])
+    a = await wait_terminal(http, owner, (await upload(http, owner, first)).json()["id"])
+    second = csv_bytes(HEADER, [("Ana Nova", cpf(1201), "a2@x.com")])
+    b = await wait_terminal(http, owner, (await upload(http, owner, second)).json()["id"])
+    state_after_a_b = await db_state(server.dsn, client)
+
+    refused = await http.post(f"/v1/imports/{a['id']}/undo", headers=auth(owner))
+    assert_error(refused, 409, "undo_conflict")
+    assert refused.json()["conflicts"][0]["imports"] == [b["id"]]
+    assert await db_state(server.dsn, client) == state_after_a_b  # nothing undone
+    plain = await http.post(f"/v1/imports/{b['id']}/undo", headers=auth(token(client)))
+    assert plain.status_code == 403
+    foreign = auth(token(next(client_ids), permissions=[ADMIN]))
+    assert (await http.post(f"/v1/imports/{b['id']}/undo", headers=foreign)).status_code == 404
+
+    undone_b = await http.post(f"/v1/imports/{b['id']}/undo", headers=auth(owner))
+    assert undone_b.status_code == 200, undone_b.text
+    assert undone_b.json()["job"]["status"] == "undone"
+    undone_a = await http.post(f"/v1/imports/{a['id']}/undo", headers=auth(owner))
+    assert undone_a.json()["job"]["status"] == "undone"
+    assert await db_state(server.dsn, client) == {}
+    assert (await notifications(server.dsn, a["id"]))[-1][1] == "import_undone"
+    again = await http.post(f"/v1/imports/{a['id']}/undo", headers=auth(owner))
+    assert again.json()["slices"] == 0  # a repeat changes nothing
+
+    requeued = await http.post(f"/v1/imports/{a['id']}/requeue", headers=auth(owner))
+    assert requeued.status_code == 202, requeued.text
+    redone = await wait_terminal(http, owner, a["id"])
+    assert counters(redone)["inserted"] == 2
+    assert {s.name for s in (await db_state(server.dsn, client)).values()} == {"Ana", "Bia"}

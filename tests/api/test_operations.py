@@ -129,6 +129,7 @@ EXPECTED_ROUTES = {
     ("put", "/v1/layouts/{layout_id}"),
     ("delete", "/v1/layouts/{layout_id}"),
     ("post", "/v1/imports/{job_id}/requeue"),
+    ("post", "/v1/imports/{job_id}/undo"),
     ("delete", "/v1/imports/{job_id}/data"),
     ("get", "/v1/admin/dead-letters"),
     ("post", "/v1/admin/dead-letters/replay"),

@@ -47,6 +47,28 @@ async def requeue_import(
     return json_response(document, 202)
 
 
+@router.post(
+    "/v1/imports/{job_id}/undo",
+    tags=["admin"],
+    summary="Undo an ended import (IMPORT.ADMIN): the contacts back as they were before it",
+    description=(
+        "From the import's journal, in one transaction per bounded slice: the contacts it "
+        "created soft-deleted with their channels, the values it overwrote restored, the "
+        "channels it added and its unused new custom fields removed; the job ends `undone` "
+        "(its finalization row and an `import_undone` notification record it), and may be "
+        "requeued. 409 undo_conflict (with the first 100 contacts and the imports that changed "
+        "them since; none: another writer) when something it would restore changed since: "
+        "undo the later imports first, newest first. An undo that stopped half-way (`undoing`) "
+        "resumes when asked again; a repeat of a finished one changes nothing."
+    ),
+    responses={200: {"model": doc.UndoneBody}, **doc.error_responses(404, 409)},
+)
+async def undo_import(job_id: JobId, principal: Caller, service: Service, admin: Admin) -> Response:
+    outcome = await admin.undo(principal, job_id)
+    view = await service.view(principal, job_id)
+    return json_response({"job": job_document(view, service.clock()), "slices": outcome.slices})
+
+
 @router.delete(
     "/v1/imports/{job_id}/data",
     tags=["admin"],

@@ -196,6 +196,14 @@ finalized AS (
     UPDATE import_batch_finalized f SET undone_at = now()
     FROM job j WHERE f.batch_id = j.id
 ),
+-- Its chunk ledger and lanes go: a requeue after the undo reads the whole file again (with
+-- them it would find every chunk done). Its counters and error report stay, as history.
+chunks AS (
+    DELETE FROM import_chunk c USING job j WHERE c.job_id = j.id
+),
+lanes AS (
+    DELETE FROM import_lane l USING job j WHERE l.job_id = j.id
+),
 notified AS (
     INSERT INTO outbox (message_id, topic, payload)
     SELECT 'notification:' || j.id || ':undone:' || j.run_generation, 'notification',
