@@ -22,12 +22,7 @@ from importer.adapters.postgres.store import PostgresStore
 from importer.adapters.postgres.undo import PostgresUndo
 from importer.adapters.postgres.views import PostgresJobViews
 from importer.adapters.storage.local import LocalObjectStore
-from importer.core.errors import (
-    AcceleratorError,
-    ChecksumMismatchError,
-    ConfigurationError,
-    ObjectNotFoundError,
-)
+from importer.core.errors import AcceleratorError, ConfigurationError
 from importer.core.models import Job
 from importer.core.objects import StoredObject
 from importer.core.report import write_csv_report
@@ -56,10 +51,9 @@ from importer.services.local import (
     parse_s3_url,
     resume_job,
     seal_local_file,
-    sealed_source,
 )
 from importer.services.relay import OutboxRelay
-from importer.services.reports import source_report
+from importer.services.reports import available_source, source_report
 from importer.services.runs import ObjectSource, job_config
 from importer.services.supervisor import Supervisor
 from importer.services.worker import Worker
@@ -268,10 +262,7 @@ async def _write_report(
             await write_csv_report(store.row_issues(outcome.job_id), handle)
             return
         job = await store.get_job(outcome.job_id)
-        try:
-            source = await sealed_source(job, resume_store(settings, job), LocalObjectStore)
-        except (ObjectNotFoundError, ChecksumMismatchError):
-            source = None
+        source = await available_source(job, resume_store(settings, job), LocalObjectStore)
         config = job_config(settings, job)
         async for text in source_report(job, source, config, store.row_issues(job.id)):
             handle.write(text)

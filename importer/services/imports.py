@@ -30,6 +30,7 @@ from importer.core.errors import (
     PermissionDeniedError,
     UploadMissingError,
 )
+from importer.core.history import HistoryQuery, Page
 from importer.core.models import (
     TERMINAL_STATUSES,
     InputFormat,
@@ -42,7 +43,6 @@ from importer.core.models import (
 )
 from importer.core.objects import StoredObject
 from importer.core.options import (
-    NUL_MESSAGE,
     OPTION_FIELDS,
     FiringIntent,
     ImportOptions,
@@ -51,7 +51,6 @@ from importer.core.options import (
     check_fields,
     display_filename,
     object_key,
-    parse_int,
     parse_intent,
     parse_layout_body,
     parse_options,
@@ -61,17 +60,9 @@ from importer.core.options import (
 from importer.core.principals import Permission, Principal
 from importer.ports import CatalogStore, JobStore, LocalFiles, ObjectStore
 from importer.services.documents import decode_cursor, encode_cursor
-from importer.services.local import sealed_source
-from importer.services.reports import source_report
+from importer.services.reports import available_source, source_report
 from importer.services.runs import format_for, job_config
 from importer.settings import Settings
-
-# History page sizes: enough for a screen, small enough that a page is one cheap index scan.
-DEFAULT_PAGE = 20
-
-
-MAX_PAGE = 100
-
 
 # Lifetime of a presigned (or self-hosted) upload URL.
 UPLOAD_URL_TTL_S = 3600
@@ -89,42 +80,6 @@ READ_PERMISSIONS = (
     Permission.HSM_CREATE,
     Permission.IMPORT_ADMIN,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryQuery:
-    user_id: str | None = None
-    statuses: tuple[JobStatus, ...] = ()
-    cursor: str | None = None
-    limit: int = DEFAULT_PAGE
-
-
-def parse_history_query(
-    user_id: str | None, statuses: Sequence[str], cursor: str | None, limit: str | None
-) -> HistoryQuery:
-    problems = Problems()
-    if user_id is not None and "\x00" in user_id:
-        problems.add("user_id", NUL_MESSAGE)
-    parsed: list[JobStatus] = []
-    for status in statuses:
-        try:
-            parsed.append(JobStatus(status))
-        except ValueError:
-            problems.add("status", f"unknown status {status[:40]!r}")
-    size = DEFAULT_PAGE
-    if limit is not None:
-        try:
-            size = parse_int(limit, 1, MAX_PAGE)
-        except ValueError as exc:
-            problems.add("limit", str(exc))
-    problems.raise_any()
-    return HistoryQuery(user_id or None, tuple(dict.fromkeys(parsed)), cursor or None, size)
-
-
-@dataclass(frozen=True, slots=True)
-class Page:
-    items: list[JobView]
-    next_cursor: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,10 +329,7 @@ class ImportService:
         require_any(principal, READ_PERMISSIONS)
         job = await self._jobs.stored_job(principal.client_id, job_id)
         config = job_config(self._settings, job)
-        try:
-            source = await sealed_source(job, self._objects, self._local_files)
-        except (ObjectNotFoundError, ChecksumMismatchError):
-            source = None
+        source = await available_source(job, self._objects, self._local_files)
         return job.input_format, source_report(job, source, config, self._jobs.row_issues(job_id))
 
     async def history(self, principal: Principal, query: HistoryQuery) -> Page:

@@ -20,9 +20,10 @@ from importer.core.config import PipelineConfig
 from importer.core.errors import ChecksumMismatchError, FileRejectedError, ObjectNotFoundError
 from importer.core.models import InputFormat, Job, RowIssue
 from importer.core.report import SourceLayout, SourceRecord, SourceReport
-from importer.ports import Source
+from importer.ports import LocalFiles, ObjectStore, Source
 from importer.read.blocks import RecordParser
 from importer.read.records import JsonRecord, RawRecord
+from importer.services.local import sealed_source
 
 log = structlog.get_logger(__name__)
 
@@ -80,6 +81,17 @@ async def source_report(
     finally:
         parser.close()
         await records.aclose()
+
+
+async def available_source(
+    job: Job, objects: ObjectStore, local_files: LocalFiles | None
+) -> Source | None:
+    """The job's file checked against its seal, or None: gone or changed since (or a command
+    line's local file, without ``local_files``)."""
+    try:
+        return await sealed_source(job, objects, local_files)
+    except (ObjectNotFoundError, ChecksumMismatchError):
+        return None
 
 
 async def _nothing() -> AsyncIterator[list[SourceRecord]]:

@@ -40,7 +40,7 @@ def test_requeue_refusal_for_every_status(
         assert status.value in lifecycle.requeue_sources(data_removed)
     elif status not in TERMINAL_STATUSES:
         assert isinstance(refusal, IllegalTransitionError)
-    elif status in (JobStatus.FAILED, JobStatus.CANCELLED) or data_removed:
+    elif status in lifecycle.REQUEUE_SOURCES or data_removed:
         assert refusal is None
         assert status.value in lifecycle.requeue_sources(data_removed)
     else:

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from importer.core.errors import InvalidRequestError
+from importer.core.history import parse_history_query
 from importer.core.models import ConflictStrategy, Counters, InputFormat, JobStatus, JobView
 from importer.core.objects import key_problem
 from importer.core.options import (
@@ -29,7 +30,7 @@ from importer.core.options import (
 )
 from importer.core.principals import Permission, Principal
 from importer.services.documents import decode_cursor, encode_cursor, job_document, percent_done
-from importer.services.imports import can_see, parse_history_query
+from importer.services.imports import can_see
 
 NOW = dt.datetime(2026, 7, 1, 12, 0, tzinfo=dt.UTC)
 BASE = {

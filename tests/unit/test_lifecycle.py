@@ -17,8 +17,8 @@ def test_transitions_follow_the_state_machine(current: JobStatus, target: JobSta
     allowed = lifecycle.can_transition(current, target)
     if current in TERMINAL_STATUSES:
         assert not allowed  # a terminal job never moves again
-    if target in (JobStatus.FAILED, JobStatus.CANCELLED):
-        assert allowed == (current not in TERMINAL_STATUSES)
+    if target in (JobStatus.FAILED, JobStatus.CANCELLED):  # an undo runs to its end
+        assert allowed == (current not in TERMINAL_STATUSES | {JobStatus.UNDOING})
     if target is JobStatus.IMPORTING:
         assert allowed == (current in lifecycle.RUNNING_STATUSES)  # a resumed run re-enters
     if current is target:  # staying put: a repeated start, or a resumed run
@@ -64,7 +64,7 @@ def test_start_refusals(current: JobStatus) -> None:
 @pytest.mark.parametrize("claimed", [False, True])
 def test_cancel_actions(current: JobStatus, claimed: bool) -> None:
     action = lifecycle.cancel_action(current, claimed)
-    if current in TERMINAL_STATUSES:
+    if current in TERMINAL_STATUSES | {JobStatus.UNDOING}:
         assert action is lifecycle.CancelAction.NOTHING
     elif claimed or current in lifecycle.RUNNING_STATUSES - {JobStatus.READY}:
         assert action is lifecycle.CancelAction.REQUEST  # a worker holds (or held) it

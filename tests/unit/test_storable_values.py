@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from importer.core.errors import InvalidRequestError
+from importer.core.history import parse_history_query
 from importer.core.options import (
     MAX_JSON_DEPTH,
     NUL_MESSAGE,
@@ -24,7 +25,6 @@ from importer.core.options import (
     parse_tags,
     parse_text,
 )
-from importer.services.imports import parse_history_query
 
 LGPD = {
     "conflict_strategy": "merge",

@@ -17,9 +17,6 @@ from importer.sql import queries
 
 SLICE_ROWS = 5000  # journal rows a slice restores (a batch's created contacts: one batch)
 CONFLICTS_SHOWN = 100
-# The journal's parts, in the order their slices run; each consumes up to SLICE_ROWS rows (the
-# created contacts: one batch's).
-_STEPS = ("undo_created", "undo_contacts", "undo_customs", "undo_details", "undo_replaced")
 
 
 class PostgresUndo:
@@ -28,6 +25,14 @@ class PostgresUndo:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
         self._q = queries()
+        # The journal's parts, in the order their slices run (query, takes the slice's size).
+        self._steps = (
+            (self._q["undo_created"], False),  # one batch's created contacts
+            (self._q["undo_contacts"], True),
+            (self._q["undo_customs"], True),
+            (self._q["undo_details"], True),
+            (self._q["undo_replaced"], True),
+        )
 
     async def undo_client(self, client_id: int | None, job_id: uuid.UUID) -> int:
         """The job's client (its import turn is taken before the undo begins)."""
@@ -69,9 +74,9 @@ class PostgresUndo:
         False once the last step (custom fields, undone, its notification) committed."""
         with translated_errors():
             async with pooled(self._pool) as conn, conn.transaction():
-                for step in _STEPS:
-                    args = (job_id,) if step == "undo_created" else (job_id, SLICE_ROWS)
-                    row = await conn.fetchrow(self._q[step], *args)
+                for query, sized in self._steps:
+                    args = (job_id, SLICE_ROWS) if sized else (job_id,)
+                    row = await conn.fetchrow(query, *args)
                     if row is not None and row["slices"]:
                         await _reach(failpoints.UNDO_SLICE_BEFORE_COMMIT)
                         break

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
 from importer.core.errors import InvalidRequestError, UnsupportedMediaTypeError
+from importer.core.history import parse_history_query
 from importer.core.models import InputFormat, JobView
 from importer.core.objects import StoredObject
 from importer.core.principals import Principal
@@ -38,7 +39,7 @@ from importer.http.streams import (
     text_chunks,
 )
 from importer.services.documents import job_document
-from importer.services.imports import ImportService, PlannedUpload, parse_history_query
+from importer.services.imports import ImportService, PlannedUpload
 
 router = APIRouter()
 
