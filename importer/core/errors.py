@@ -256,6 +256,10 @@ class BrokerError(ImporterError):
     http_message = "the message broker is unavailable; retry later"
 
 
+class WebhookSendError(ImporterError):
+    """A webhook attempt failed before the receiver answered (connect, TLS, timeout)."""
+
+
 class MalformedMessageError(ImporterError):
     """A chunk message cannot be parsed: it goes to the dead-letter queue, never retried."""
 

@@ -202,6 +202,12 @@ class ImportOptionsBody(BaseModel):
         description="fail (too_many_invalid_rows) before writing any contact when more rows "
         'than this count, or percentage such as "2%", are invalid',
     )
+    notify_url: str | None = Field(
+        default=None,
+        description="the completion webhook: the job document is POSTed here when the import "
+        "ends, signed with the client's webhook secret (X-Importer-Signature); https to a "
+        "public address only (default: the client's notify_url, if set)",
+    )
 
 
 class MultipartImportForm(ImportOptionsBody):

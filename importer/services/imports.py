@@ -58,9 +58,10 @@ from importer.core.options import (
     tenant_key_problem,
 )
 from importer.core.principals import Permission, Principal
-from importer.ports import CatalogStore, JobStore, ObjectStore
+from importer.ports import CatalogStore, JobStore, ObjectStore, Resolver
 from importer.services.documents import decode_cursor, encode_cursor
 from importer.services.runs import format_for
+from importer.services.webhooks import check_notify_url
 from importer.settings import Settings
 
 # History page sizes: enough for a screen, small enough that a page is one cheap index scan.
@@ -155,8 +156,10 @@ class ImportService:
         objects: ObjectStore,
         settings: Settings,
         clock: Callable[[], dt.datetime] = utc_now,
+        resolver: Resolver | None = None,  # a notify_url's addresses (None: refused)
     ) -> None:
         self._jobs = jobs
+        self._resolver = resolver
         self._catalog = catalog
         self._objects = objects
         self._settings = settings
@@ -430,6 +433,10 @@ class ImportService:
             client_id, options.journey_id
         ):
             raise InvalidRequestError([("journey_id", "no such journey")])
+        if options.notify_url is not None:
+            await check_notify_url(
+                options.notify_url, self._resolver, self._catalog, client_id, self._settings
+            )
         if options.layout_id is None:
             return options
         try:
@@ -474,6 +481,7 @@ class ImportService:
             kind=kind,
             preview=options.preview,
             max_invalid=options.max_invalid,
+            notify_url=options.notify_url,
         )
 
 
