@@ -44,8 +44,9 @@ log = structlog.get_logger(__name__)
 BATCH_SIZE = 16
 # An idle loop looks for due deliveries this often (retries come due without a notification).
 POLL_S = 1.0
-# A claim holds a delivery this much longer than the attempt's timeout (then it is due again).
-LEASE_MARGIN_S = 30.0
+# A claim holds a delivery this much longer than the attempt's timeout (which bounds the whole
+# attempt), time enough to record it; then it is due again (its process died mid-attempt).
+LEASE_MARGIN_S = 5.0
 # Waits after a failed round (the database): doubling from the first to the last.
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 15.0
