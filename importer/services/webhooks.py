@@ -252,7 +252,7 @@ class WebhookDelivery:
             "delivery_id": delivery.delivery_id,
             "job_id": str(delivery.job_id),
             "client_id": delivery.client_id,
-            "event": delivery.event,
+            "event_type": delivery.event,  # `event` is the log line's own name
             "attempt": delivery.attempt,
             "status_code": result.status_code,
             "error": result.error,
