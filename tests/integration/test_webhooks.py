@@ -31,6 +31,7 @@ pytestmark = pytest.mark.integration
 def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
+
 SECRET = "integration-secret-0123456789"
 FAST = RetryPolicy(max_attempts=4, max_age_s=60.0, first_delay_s=0.05)
 
