@@ -26,7 +26,12 @@ import orjson
 import structlog
 
 from importer.core import webhooks
-from importer.core.errors import InvalidRequestError, StoreError, WebhookSendError
+from importer.core.errors import (
+    InvalidRequestError,
+    JobNotFoundError,
+    StoreError,
+    WebhookSendError,
+)
 from importer.core.webhooks import (
     AttemptResult,
     ClientWebhook,
@@ -195,7 +200,10 @@ class WebhookDelivery:
         return len(due)
 
     async def _deliver(self, delivery: DueDelivery) -> None:
-        body = delivery.body or await self._freeze_body(delivery)
+        try:
+            body = delivery.body or await self._freeze_body(delivery)
+        except JobNotFoundError:  # deleted since the claim: its delivery went with it
+            return
         started = time.monotonic()
         if delivery.secret is None:
             result = AttemptResult(None, "the client has no webhook secret", 0)

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from importer.adapters.webhooks import pinned_url
 from importer.core.errors import ConfigurationError, InvalidRequestError
 from importer.core.options import Problems, parse_options
 from importer.core.webhooks import (
@@ -266,3 +267,22 @@ def test_settings() -> None:
     assert (tuned.webhook_timeout_s, tuned.webhook_allow_private) == (0.5, True)
     with pytest.raises(ConfigurationError):
         Settings.from_environ({"IMPORTER_WEBHOOK_MAX_ATTEMPTS": "0"})
+
+
+@pytest.mark.parametrize(
+    ("url", "address", "pinned", "host"),
+    [
+        ("https://h.example/x?a=1", "93.184.216.34", "https://93.184.216.34/x?a=1", "h.example"),
+        (
+            "https://h.example:8443/x",
+            "2606:2800::1",
+            "https://[2606:2800::1]:8443/x",
+            "h.example:8443",
+        ),
+        ("http://localhost:9000", "127.0.0.1", "http://127.0.0.1:9000/", "localhost:9000"),
+    ],
+)
+def test_an_attempt_connects_to_the_checked_address(
+    url: str, address: str, pinned: str, host: str
+) -> None:
+    assert pinned_url(url, address) == (pinned, host)
