@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
@@ -26,8 +27,9 @@ class Received:
 
 
 class Receiver:
-    def __init__(self, script: Sequence[int]) -> None:
+    def __init__(self, script: Sequence[int], tls: ssl.SSLContext | None = None) -> None:
         self.script = list(script)
+        self._tls = tls
         self.received: list[Received] = []
         self._changed = asyncio.Condition()
         self._server: asyncio.Server | None = None
@@ -38,11 +40,12 @@ class Receiver:
         assert self._server is not None
         return int(self._server.sockets[0].getsockname()[1])
 
-    def url(self, path: str = "/hooks/import") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+    def url(self, path: str = "/hooks/import", host: str = "127.0.0.1") -> str:
+        scheme = "https" if self._tls is not None else "http"
+        return f"{scheme}://{host}:{self.port}{path}"
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self._tls)
 
     async def close(self) -> None:
         for writer in self._hung:
@@ -60,7 +63,13 @@ class Receiver:
         try:
             async with asyncio.timeout(_READ_TIMEOUT_S):
                 request = await _read_request(reader)
-        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError):
+        except (
+            TimeoutError,
+            asyncio.IncompleteReadError,
+            ConnectionError,
+            ValueError,
+            ssl.SSLError,
+        ):
             writer.close()
             return
         async with self._changed:
@@ -92,8 +101,10 @@ async def _read_request(reader: asyncio.StreamReader) -> Received:
 
 
 @contextlib.asynccontextmanager
-async def receiving(script: Sequence[int]) -> AsyncIterator[Receiver]:
-    receiver = Receiver(script)
+async def receiving(
+    script: Sequence[int], tls: ssl.SSLContext | None = None
+) -> AsyncIterator[Receiver]:
+    receiver = Receiver(script, tls)
     await receiver.start()
     try:
         yield receiver

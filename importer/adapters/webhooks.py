@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
@@ -19,6 +20,9 @@ import httpx
 from importer.core.errors import WebhookSendError
 from importer.core.webhooks import MAX_ERROR_CHARS
 
+# A name that takes longer to resolve counts as not resolving (a create waits on it).
+RESOLVE_TIMEOUT_S = 5.0
+
 
 class SystemResolver:
     """The :class:`importer.ports.Resolver` of the operating system (getaddrinfo)."""
@@ -26,8 +30,9 @@ class SystemResolver:
     async def resolve(self, host: str, port: int) -> list[str]:
         loop = asyncio.get_running_loop()
         try:
-            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except (OSError, UnicodeError):
+            async with asyncio.timeout(RESOLVE_TIMEOUT_S):
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError, TimeoutError):
             return []
         return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
@@ -45,8 +50,9 @@ def pinned_url(url: str, address: str) -> tuple[str, str]:
 class HttpxWebhookSender:
     """The :class:`importer.ports.WebhookSender` on httpx (one client, its connections kept)."""
 
-    def __init__(self) -> None:
-        self._client = httpx.AsyncClient(follow_redirects=False, trust_env=False)
+    def __init__(self, *, verify: ssl.SSLContext | bool = True) -> None:
+        """``verify``: the certificates trusted (default: the system's; tests pass their own)."""
+        self._client = httpx.AsyncClient(follow_redirects=False, trust_env=False, verify=verify)
 
     async def post(
         self,

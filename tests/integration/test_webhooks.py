@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import ssl
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
@@ -19,10 +20,12 @@ from importer.adapters.postgres.webhooks import PostgresClientWebhooks, Postgres
 from importer.adapters.webhooks import HttpxWebhookSender, SystemResolver
 from importer.core.models import JobStatus
 from importer.core.webhooks import RetryPolicy, signature_matches
+from importer.ports import Resolver
 from importer.services.documents import job_document
 from importer.services.webhooks import WebhookDelivery
 from tests.jobs_support import Env, bare_job, eventually, job_env
 from tests.support import fetch
+from tests.tls_support import tls_for
 from tests.webhook_receiver import HANG, receiving
 
 pytestmark = pytest.mark.integration
@@ -63,12 +66,14 @@ async def delivering(
     timeout_s: float = 2.0,
     allow_private: bool = True,
     instances: int = 1,
+    resolver: Resolver | None = None,
+    verify: ssl.SSLContext | bool = True,
 ) -> AsyncIterator[Sequence[WebhookDelivery]]:
     loops = [
         WebhookDelivery(
             PostgresWebhooks(env.pool, dsn=env.dsn),
-            HttpxWebhookSender(),
-            SystemResolver(),
+            HttpxWebhookSender(verify=verify),
+            resolver or SystemResolver(),
             policy,
             timeout_s=timeout_s,
             allow_private=allow_private,
@@ -249,3 +254,43 @@ async def test_a_redirect_is_not_followed(env: Env, client_ids: Iterator[int]) -
             await eventually(lambda: ended(env, job_id))
         assert [r.target for r in receiver.received] == ["/hooks/import"] * 2
     assert [code for _, code, _ in await attempts(env, f"notification:{job_id}")] == [302, 200]
+
+
+class Pinned:
+    """A resolver that answers one name with loopback (the https receiver's)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        return ["127.0.0.1"] if host == self.name else []
+
+
+async def test_https_connects_to_the_checked_address_and_verifies_the_name(
+    env: Env, client_ids: Iterator[int], tmp_path: Path
+) -> None:
+    """The attempt goes to the address the check resolved, presenting the URL's host in Host,
+    SNI and the certificate check: a certificate for the name passes, one for another fails."""
+    client = next(client_ids)
+    await set_secret(env, client)
+    tls = tls_for("hooks.test", tmp_path)
+    async with receiving([200], tls.server) as receiver:
+        job_id = await finalized_job(env, client, receiver.url(host="hooks.test"))
+        async with delivering(env, resolver=Pinned("hooks.test"), verify=tls.client):
+            [request] = await receiver.requests_at_least(1)
+            await eventually(lambda: ended(env, job_id))
+        assert request.headers["host"] == f"hooks.test:{receiver.port}"
+    assert signature_matches(request.body, SECRET, request.headers["x-importer-signature"])
+    assert await attempts(env, f"notification:{job_id}") == [(1, 200, None)]
+
+    other = tls_for("other.test", tmp_path)
+    async with receiving([200], other.server) as receiver:
+        job_id = await finalized_job(env, client, receiver.url(host="hooks.test"))
+        policy = RetryPolicy(max_attempts=1)
+        async with delivering(env, policy, resolver=Pinned("hooks.test"), verify=other.client):
+            row = await eventually(lambda: ended(env, job_id))
+    assert row["gave_up_at"] is not None
+    [(_, code, error)] = await attempts(env, f"notification:{job_id}")
+    assert code is None
+    assert error is not None
+    assert "certificate" in error.lower(), error
