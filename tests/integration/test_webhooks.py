@@ -215,6 +215,30 @@ async def test_one_delivery_per_finalization_and_the_client_default(
     assert await delivery(env, quiet_job) is None
 
 
+async def test_each_run_of_a_requeued_job_has_its_own_delivery(
+    env: Env, client_ids: Iterator[int]
+) -> None:
+    client = next(client_ids)
+    await set_secret(env, client)
+    async with receiving([200]) as receiver:
+        job_id = await bare_job(env, client, JobStatus.UPLOADED)
+        await env.pool.execute(
+            "UPDATE import_job SET notify_url = $2 WHERE id = $1", job_id, receiver.url()
+        )
+        for status in (JobStatus.QUEUED, JobStatus.NORMALIZING, JobStatus.IMPORTING):
+            await env.store.transition(job_id, status)
+        assert await env.store.finalize(job_id, None, cancelled=True) is not None
+        await env.admin.requeue_job(client, job_id, "requeue:1")  # back to queued: run 2
+        for status in (JobStatus.NORMALIZING, JobStatus.IMPORTING):
+            await env.store.transition(job_id, status)
+        assert await env.store.finalize(job_id, None, cancelled=True) is not None
+        async with delivering(env):
+            requests = await receiver.requests_at_least(2)
+    ids = sorted(r.headers["x-importer-delivery"] for r in requests)
+    assert ids == [f"notification:{job_id}", f"notification:{job_id}:2"]
+    assert {r.headers["x-importer-event"] for r in requests} == {"import_cancelled"}
+
+
 async def test_several_instances_share_the_deliveries(env: Env, client_ids: Iterator[int]) -> None:
     client = next(client_ids)
     await set_secret(env, client)
