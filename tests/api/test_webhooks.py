@@ -5,8 +5,10 @@ delivers the finished import's document, signed, to a receiver on 127.0.0.1; the
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +39,15 @@ def client_webhook(dsn: str, *args: str, allow_private: bool) -> subprocess.Comp
         timeout=60,
         check=False,
     )
+
+
+async def metrics_after(http: httpx.AsyncClient, series: str) -> str:
+    """/metrics once ``series`` shows (the attempt's record and its count follow its answer)."""
+    deadline = time.monotonic() + 30
+    while series not in (text := (await http.get("/metrics")).text):
+        assert time.monotonic() < deadline, text
+        await asyncio.sleep(0.05)
+    return text
 
 
 @pytest.mark.parametrize(
@@ -135,9 +146,12 @@ async def test_serve_without_a_broker_delivers_the_signed_document(
         job_id = created.json()["id"]
         job = await wait_terminal(http, bearer, job_id)
         requests = await receiver.requests_at_least(2)
+        metrics = await metrics_after(http, 'webhook_attempts_total{outcome="delivered"} 1.0')
     assert [r.headers["x-importer-delivery"] for r in requests] == [f"notification:{job_id}"] * 2
     assert requests[0].body == requests[1].body
     assert signature_matches(requests[1].body, secret, requests[1].headers["x-importer-signature"])
+    assert 'importer_webhook_attempts_total{outcome="retry"} 1.0' in metrics
+    assert 'importer_webhook_attempts_total{outcome="delivered"} 1.0' in metrics
     sent = orjson.loads(requests[1].body)
     assert (sent["id"], sent["status"], sent["counters"]) == (
         job_id,

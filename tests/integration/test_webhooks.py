@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from structlog.testing import capture_logs
 
 from importer.adapters.postgres.webhooks import PostgresClientWebhooks, PostgresWebhooks
 from importer.adapters.webhooks import HttpxWebhookSender, SystemResolver
@@ -154,9 +155,18 @@ async def test_retries_after_a_500_and_a_timeout_with_the_same_id_and_body(
     await set_secret(env, client)
     async with receiving([500, HANG, 200]) as receiver:
         job_id = await finalized_job(env, client, receiver.url())
-        async with delivering(env, timeout_s=0.5):
-            requests = await receiver.requests_at_least(3)
-            await eventually(lambda: ended(env, job_id))
+        with capture_logs() as logs:
+            async with delivering(env, timeout_s=0.5):
+                requests = await receiver.requests_at_least(3)
+                await eventually(lambda: ended(env, job_id))
+    lines = [e for e in logs if e["event"] == "webhook_attempt"]  # one line per attempt
+    assert [(e["attempt"], e["outcome"]) for e in lines] == [
+        (1, "retry"),
+        (2, "retry"),
+        (3, "delivered"),
+    ]
+    assert lines[0]["status_code"] == 500
+    assert lines[0]["retry_in_s"] == FAST.first_delay_s
     assert len(requests) == 3
     assert {r.headers["x-importer-delivery"] for r in requests} == {f"notification:{job_id}"}
     assert len({r.body for r in requests}) == 1  # the body frozen at the first attempt
