@@ -25,6 +25,7 @@ from importer.adapters.postgres.pool import connect_pool
 from importer.adapters.postgres.queue import PostgresJobQueue
 from importer.adapters.postgres.store import PostgresStore
 from importer.adapters.postgres.views import PostgresJobViews
+from importer.adapters.postgres.webhooks import PostgresClientWebhooks
 from importer.adapters.storage.local import LocalObjectStore
 from importer.adapters.webhooks import SystemResolver
 from importer.http import console
@@ -117,6 +118,8 @@ async def open_resources(
             app.state.resources.admin = AdminService(
                 PostgresAdmin(pool), wiring.dead_letter_queue(settings)
             )
+            app.state.resources.client_webhooks = PostgresClientWebhooks(pool)
+            app.state.resources.resolver = SystemResolver()
             if accelerator is not None:
                 accelerator.hub.start()
             webhooks = wiring.webhook_delivery(settings, pool, metrics.pipeline.webhook_attempt)

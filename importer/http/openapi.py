@@ -314,3 +314,29 @@ class ReplayBody(BaseModel):
         description="left in the queue: job_ended → requeue the import instead"
     )
     scanned: int
+
+
+class WebhookSettingsBody(BaseModel):
+    notify_url: str | None = Field(
+        default=None,
+        description="the client's imports' default notify_url (null: none); https to a public "
+        "address (checked like a create's)",
+    )
+    secret: str | None = Field(
+        default=None,
+        description="a new signing secret (16+ characters); omitted: the current one is kept, "
+        "or one is generated when the client has none",
+    )
+    new_secret: bool = Field(default=False, description="generate a new secret (a rotation)")
+
+
+class WebhookBody(BaseModel):
+    client_id: int
+    notify_url: str | None
+    secret_set: bool = Field(description="the secret itself is shown only by PUT")
+
+
+class WebhookSecretBody(BaseModel):
+    client_id: int
+    notify_url: str | None
+    secret: str = Field(description="the signing secret: the receiver verifies with it")

@@ -20,7 +20,8 @@ import contextlib
 import datetime as dt
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 
 import orjson
 import structlog
@@ -32,6 +33,7 @@ from importer.core.errors import (
     StoreError,
     WebhookSendError,
 )
+from importer.core.options import Problems, check_fields
 from importer.core.webhooks import (
     AttemptResult,
     ClientWebhook,
@@ -119,6 +121,49 @@ async def set_client_webhook(
     return await settings_store.set(
         client_id, generated if new_secret else secret, notify_url, generated
     )
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings:
+    """What the owner asks of a client's webhook (``PUT /v1/admin/webhook``)."""
+
+    notify_url: str | None
+    secret: str | None
+    new_secret: bool
+
+
+WEBHOOK_FIELDS = ("notify_url", "secret", "new_secret")
+
+
+def parse_webhook_settings(raw: Mapping[str, object]) -> WebhookSettings:
+    """A JSON body's settings, every problem at once (a 400 list)."""
+    problems = Problems()
+    check_fields(raw, WEBHOOK_FIELDS, problems)
+    notify_url, secret = raw.get("notify_url"), raw.get("secret")
+    new_secret = raw.get("new_secret", False)
+    if notify_url is not None and not isinstance(notify_url, str):
+        problems.add("notify_url", "must be a URL or null")
+    if secret is not None and not isinstance(secret, str):
+        problems.add("secret", "must be a string or null")
+    if not isinstance(new_secret, bool):
+        problems.add("new_secret", "must be true or false")
+    elif new_secret and secret is not None:
+        problems.add("new_secret", "give secret or new_secret, not both")
+    problems.raise_any()
+    return WebhookSettings(
+        notify_url if isinstance(notify_url, str) else None,
+        secret if isinstance(secret, str) else None,
+        new_secret is True,
+    )
+
+
+def webhook_document(webhook: ClientWebhook | None, client_id: int) -> dict[str, object]:
+    """A client's settings as GET shows them: never the secret, only whether one is set."""
+    return {
+        "client_id": client_id,
+        "notify_url": webhook.notify_url if webhook is not None else None,
+        "secret_set": webhook is not None,
+    }
 
 
 class WebhookDelivery:

@@ -18,7 +18,7 @@ import pytest
 
 from importer.core.webhooks import signature_matches
 from tests.api.conftest import IMPORTER, Server, start_server, stop_server
-from tests.api.support import auth, csv_bytes, token, upload, wait_terminal
+from tests.api.support import ADMIN, CREATE, auth, csv_bytes, token, upload, wait_terminal
 from tests.webhook_receiver import receiving
 
 pytestmark = pytest.mark.api
@@ -158,3 +158,42 @@ async def test_serve_without_a_broker_delivers_the_signed_document(
         job["status"],
         job["counters"],
     )
+
+
+async def test_the_admin_sets_the_client_s_webhook_over_http(local_server: Server) -> None:
+    client = 8104
+    admin = auth(token(client, permissions=(ADMIN,)))
+    async with httpx.AsyncClient(base_url=local_server.url, timeout=20) as http:
+        plain = await http.put(
+            "/v1/admin/webhook", json={}, headers=auth(token(client, permissions=(CREATE,)))
+        )
+        assert plain.status_code == 403
+        unset = await http.get("/v1/admin/webhook", headers=admin)
+        assert unset.json() == {"client_id": client, "notify_url": None, "secret_set": False}
+
+        private = await http.put(
+            "/v1/admin/webhook", json={"notify_url": "https://10.1.1.1/x"}, headers=admin
+        )
+        assert private.status_code == 400
+        assert [p["field"] for p in private.json()] == ["notify_url"]
+        wrong = await http.put(
+            "/v1/admin/webhook",
+            json={"secret": "short", "new_secret": "yes", "colour": 1},
+            headers=admin,
+        )
+        assert wrong.status_code == 400
+        assert {p["field"] for p in wrong.json()} == {"colour", "new_secret"}
+        short = await http.put("/v1/admin/webhook", json={"secret": "short"}, headers=admin)
+        assert short.status_code == 400
+        assert short.json()[0]["field"] == "secret"
+
+        made = await http.put("/v1/admin/webhook", json={}, headers=admin)
+        assert made.status_code == 200, made.text
+        first = made.json()["secret"]
+        assert len(first) == 64
+        kept = await http.put("/v1/admin/webhook", json={}, headers=admin)
+        assert kept.json()["secret"] == first
+        rotated = await http.put("/v1/admin/webhook", json={"new_secret": True}, headers=admin)
+        assert rotated.json()["secret"] not in (first, None)
+        shown = await http.get("/v1/admin/webhook", headers=admin)
+        assert shown.json() == {"client_id": client, "notify_url": None, "secret_set": True}
