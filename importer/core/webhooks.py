@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 SIGNATURE_HEADER = "X-Importer-Signature"
 DELIVERY_HEADER = "X-Importer-Delivery"  # the event's id: the receiver's dedupe key
 EVENT_HEADER = "X-Importer-Event"  # import_done, import_partial, import_failed, import_cancelled
+USER_AGENT = "importer-webhooks/1"
 SIGNATURE_PREFIX = "sha256="
 # A URL longer than this is refused (no real receiver needs more; it is stored on the job).
 MAX_URL_CHARS = 2048
@@ -107,6 +108,7 @@ def headers(delivery: DueDelivery, body: bytes, secret: str) -> dict[str, str]:
         SIGNATURE_HEADER: signature(body, secret),
         DELIVERY_HEADER: delivery.delivery_id,
         EVENT_HEADER: delivery.event,
+        "User-Agent": USER_AGENT,
     }
 
 

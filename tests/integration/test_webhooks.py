@@ -17,7 +17,11 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from importer.adapters.postgres.webhooks import PostgresClientWebhooks, PostgresWebhooks
+from importer.adapters.postgres.webhooks import (
+    PostgresClientWebhooks,
+    PostgresWebhooks,
+    enqueue_webhook,
+)
 from importer.adapters.webhooks import HttpxWebhookSender, SystemResolver
 from importer.core.models import JobStatus
 from importer.core.webhooks import RetryPolicy, signature_matches
@@ -247,6 +251,31 @@ async def test_each_run_of_a_requeued_job_has_its_own_delivery(
     ids = sorted(r.headers["x-importer-delivery"] for r in requests)
     assert ids == [f"notification:{job_id}", f"notification:{job_id}:2"]
     assert {r.headers["x-importer-event"] for r in requests} == {"import_cancelled"}
+
+
+async def test_the_undo_s_hook_enqueues_an_event_in_the_caller_s_transaction(
+    env: Env, client_ids: Iterator[int]
+) -> None:
+    """What the undo (issue 15, point 1) will call in its transaction: one more event of the
+    job, to the same target, under its own id; a job without a target gets none."""
+    client, silent = next(client_ids), next(client_ids)
+    await set_secret(env, client)
+    async with receiving([200]) as receiver:
+        job_id = await finalized_job(env, client, receiver.url())
+        quiet = await finalized_job(env, silent, None)
+        async with env.pool.acquire() as conn, conn.transaction():
+            assert await enqueue_webhook(conn, job_id, f"undone:{job_id}", "import_undone")
+            assert not await enqueue_webhook(conn, job_id, f"undone:{job_id}", "import_undone")
+            assert not await enqueue_webhook(conn, quiet, f"undone:{quiet}", "import_undone")
+        async with delivering(env):
+            requests = await receiver.requests_at_least(2)
+    events = sorted(
+        (r.headers["x-importer-delivery"], r.headers["x-importer-event"]) for r in requests
+    )
+    assert events == [
+        (f"notification:{job_id}", "import_done"),
+        (f"undone:{job_id}", "import_undone"),
+    ]
 
 
 async def test_several_instances_share_the_deliveries(env: Env, client_ids: Iterator[int]) -> None:

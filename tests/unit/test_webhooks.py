@@ -55,6 +55,7 @@ def test_headers_carry_the_delivery_id_and_event() -> None:
         "X-Importer-Signature": signature(BODY, SECRET),
         "X-Importer-Delivery": "notification:j:2",
         "X-Importer-Event": "import_done",
+        "User-Agent": "importer-webhooks/1",
     }
 
 
