@@ -17,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from importer.core.errors import WebhookSendError
+from importer.core.errors import WebhookConnectError, WebhookSendError
 from importer.core.webhooks import MAX_ERROR_CHARS
 
 # A name that takes longer to resolve counts as not resolving (a create waits on it).
@@ -79,6 +79,8 @@ class HttpxWebhookSender:
                 await response.aclose()
         except TimeoutError as exc:
             raise WebhookSendError(f"timed out after {timeout_s:g} s") from exc
+        except httpx.ConnectError as exc:
+            raise WebhookConnectError(f"{address}: {exc}"[:MAX_ERROR_CHARS]) from exc
         except httpx.HTTPError as exc:
             raise WebhookSendError(f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]) from exc
         return response.status_code

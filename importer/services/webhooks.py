@@ -31,6 +31,7 @@ from importer.core.errors import (
     InvalidRequestError,
     JobNotFoundError,
     StoreError,
+    WebhookConnectError,
     WebhookSendError,
 )
 from importer.core.options import Problems, check_fields
@@ -54,6 +55,8 @@ POLL_S = 1.0
 # A claim holds a delivery this much longer than the attempt's timeout (which bounds the whole
 # attempt), time enough to record it; then it is due again (its process died mid-attempt).
 LEASE_MARGIN_S = 5.0
+# Addresses of one host an attempt tries at most (each only when the one before is unreachable).
+MAX_ADDRESSES = 4
 # Waits after a failed round (the database): doubling from the first to the last.
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 15.0
@@ -194,6 +197,9 @@ class WebhookDelivery:
         self._batch_size = batch_size
         self._poll_s = poll_s
         self._failures = 0
+        # The attempts run concurrently, their statements one at a time: the delivery's share
+        # of the pool is one connection (wiring.pool_size), the workers keep theirs.
+        self._database = asyncio.Semaphore(1)
         self.attempts = 0  # attempts made since the start
 
     @property
@@ -257,7 +263,8 @@ class WebhookDelivery:
             result = await self._attempt(delivery, body, delivery.secret, started)
             outcome = webhooks.next_step(result, delivery.attempt, delivery.age_s, self._policy)
         retry_in_s = webhooks.retry_delay_s(delivery.attempt, self._policy)
-        await self._store.record(delivery, result, outcome, retry_in_s)
+        async with self._database:
+            await self._store.record(delivery, result, outcome, retry_in_s)
         self.attempts += 1
         self._log(delivery, result, outcome, retry_in_s)
         if self._on_attempt is not None:
@@ -265,29 +272,38 @@ class WebhookDelivery:
 
     async def _freeze_body(self, delivery: DueDelivery) -> bytes:
         """The job document as GET /v1/imports/{id} shows it, stored at the first attempt."""
-        view = await self._store.job_view(delivery.job_id)
-        now = _utcnow()
-        body = orjson.dumps(job_document(view, now))
-        return await self._store.job_document_body(delivery, body)
+        async with self._database:
+            view = await self._store.job_view(delivery.job_id)
+            body = orjson.dumps(job_document(view, _utcnow()))
+            return await self._store.job_document_body(delivery, body)
 
     async def _attempt(
         self, delivery: DueDelivery, body: bytes, secret: str, started: float
     ) -> AttemptResult:
         """Check the target again (it may resolve elsewhere now), then POST to a checked address."""
         try:
-            address = await self._checked_address(delivery.url)
-            status = await self._sender.post(
-                delivery.url,
-                address,
-                body,
-                webhooks.headers(delivery, body, secret),
-                self._timeout_s,
-            )
+            async with asyncio.timeout(self._timeout_s):  # every address within the one bound
+                status = await self._post(delivery, body, secret)
+        except TimeoutError:
+            error = f"timed out after {self._timeout_s:g} s"
+            return AttemptResult(None, error, _ms(started))
         except WebhookSendError as exc:
             return AttemptResult(None, str(exc)[: webhooks.MAX_ERROR_CHARS], _ms(started))
         return AttemptResult(status, None, _ms(started))
 
-    async def _checked_address(self, url: str) -> str:
+    async def _post(self, delivery: DueDelivery, body: bytes, secret: str) -> int:
+        """To the host's checked addresses in the resolver's order, the next one only when an
+        address cannot be reached (a receiver that answered, even badly, has answered)."""
+        headers = webhooks.headers(delivery, body, secret)
+        addresses = await self._checked_addresses(delivery.url)
+        for address in addresses[:-1]:
+            with contextlib.suppress(WebhookConnectError):
+                return await self._sender.post(
+                    delivery.url, address, body, headers, self._timeout_s
+                )
+        return await self._sender.post(delivery.url, addresses[-1], body, headers, self._timeout_s)
+
+    async def _checked_addresses(self, url: str) -> list[str]:
         problem = webhooks.target_problem(url, allow_private=self._allow_private)
         if problem is not None:
             raise WebhookSendError(f"target refused: {problem}")
@@ -296,7 +312,7 @@ class WebhookDelivery:
         problem = webhooks.addresses_problem(addresses, allow_private=self._allow_private)
         if problem is not None:
             raise WebhookSendError(f"target refused: {problem}")
-        return addresses[0]
+        return addresses[:MAX_ADDRESSES]
 
     def _log(
         self, delivery: DueDelivery, result: AttemptResult, outcome: Outcome, retry_in_s: float

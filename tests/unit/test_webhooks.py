@@ -7,11 +7,12 @@ import hashlib
 import hmac
 import ipaddress
 import uuid
+from typing import Any, cast
 
 import pytest
 
 from importer.adapters.webhooks import pinned_url
-from importer.core.errors import ConfigurationError, InvalidRequestError
+from importer.core.errors import ConfigurationError, InvalidRequestError, WebhookConnectError
 from importer.core.options import Problems, parse_options
 from importer.core.webhooks import (
     AttemptResult,
@@ -29,7 +30,7 @@ from importer.core.webhooks import (
     signature_matches,
     target_problem,
 )
-from importer.services.webhooks import check_target
+from importer.services.webhooks import WebhookDelivery, check_target
 from importer.services.webhooks import target_problem as resolved_problem
 from importer.settings import Settings
 
@@ -287,3 +288,63 @@ def test_an_attempt_connects_to_the_checked_address(
     url: str, address: str, pinned: str, host: str
 ) -> None:
     assert pinned_url(url, address) == (pinned, host)
+
+
+class RecordingSender:
+    """Refuses the addresses in ``unreachable``; answers ``status`` from the others."""
+
+    def __init__(self, unreachable: set[str], status: int = 200) -> None:
+        self.unreachable = unreachable
+        self.status = status
+        self.tried: list[str] = []
+
+    async def post(
+        self, url: str, address: str, body: bytes, headers: object, timeout_s: float
+    ) -> int:
+        self.tried.append(address)
+        if address in self.unreachable:
+            raise WebhookConnectError(f"{address}: unreachable")
+        return self.status
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("unreachable", "tried", "status", "error"),
+    [
+        (set(), ["2606:2800::1"], 200, None),
+        ({"2606:2800::1"}, ["2606:2800::1", "93.184.216.34"], 200, None),
+        (
+            {"2606:2800::1", "93.184.216.34"},
+            ["2606:2800::1", "93.184.216.34"],
+            None,
+            "93.184.216.34: unreachable",
+        ),
+    ],
+)
+async def test_an_attempt_tries_the_next_address_only_when_one_is_unreachable(
+    unreachable: set[str], tried: list[str], status: int | None, error: str | None
+) -> None:
+    sender = RecordingSender(unreachable)
+    delivery = WebhookDelivery(
+        cast(Any, None),
+        sender,
+        Resolving("2606:2800::1", "93.184.216.34"),
+        RetryPolicy(),
+        timeout_s=1.0,
+    )
+    due = DueDelivery(
+        "notification:j",
+        uuid.uuid4(),
+        7,
+        "import_done",
+        "https://h.example/x",
+        BODY,
+        1,
+        0.0,
+        SECRET,
+    )
+    result = await delivery._attempt(due, BODY, SECRET, 0.0)
+    assert sender.tried == tried
+    assert (result.status_code, result.error) == (status, error)
