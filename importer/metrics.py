@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from importer.core.models import TERMINAL_STATUSES, Counters, JobStatus
+from importer.core.webhooks import Outcome
 
 # Request latency buckets (seconds): from a cached read to a multi-second upload.
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
@@ -193,6 +194,18 @@ class PipelineMetrics:
             registry=self.registry,
         )
         self._running: dict[int, int] = {}  # client_id → imports running
+        webhook_attempts = Counter(
+            "importer_webhook_attempts",
+            "Completion webhook attempts by outcome: delivered (a 2xx), retry (failed, tried"
+            " again later), gave_up (failed, the delivery's bound reached).",
+            ("outcome",),
+            registry=self.registry,
+        )
+        self._webhook_attempts = {o: webhook_attempts.labels(o.value) for o in Outcome}
+
+    def webhook_attempt(self, outcome: Outcome, status_code: int | None) -> None:  # noqa: ARG002
+        """The webhook delivery's observer: one call per attempt (the status is in its log)."""
+        self._webhook_attempts[outcome].inc()
 
     def on_job_started(self, client_id: int) -> None:
         self._running[client_id] = self._running.get(client_id, 0) + 1

@@ -45,6 +45,7 @@ from importer.core.models import (
 from importer.core.objects import StoredObject
 from importer.core.options import FiringIntent
 from importer.core.preview import PreviewBuilder
+from importer.core.webhooks import AttemptResult, ClientWebhook, DueDelivery, Outcome
 
 
 class HeldDeadLetter(Protocol):
@@ -454,6 +455,72 @@ class Outbox(Protocol):
     async def close(self) -> None: ...
 
 
+class WebhookStore(Protocol):
+    """The completion webhooks' deliveries as the workers deliver them."""
+
+    async def claim_due(self, limit: int, lease_s: float) -> list[DueDelivery]:
+        """Lock up to ``limit`` due deliveries (skipping those another instance holds), count
+        one more attempt of each (recorded as started) and push their next attempt ``lease_s``
+        away (a crashed attempt is due again after it); commit."""
+        ...
+
+    async def job_document_body(self, delivery: DueDelivery, body: bytes) -> bytes:
+        """Freeze ``body`` as the delivery's body unless one is already stored; the stored one."""
+        ...
+
+    async def job_view(self, job_id: uuid.UUID) -> JobView: ...
+
+    async def record(
+        self, delivery: DueDelivery, result: AttemptResult, outcome: Outcome, retry_in_s: float
+    ) -> None:
+        """Complete the attempt's record and move the delivery on (delivered, retry in
+        ``retry_in_s``, gave up); nothing when another instance claimed it meanwhile."""
+        ...
+
+    async def wait_for_deliveries(self, timeout_s: float) -> None:
+        """Return when an event may have been written since the last call, or after the timeout."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class ClientWebhooks(Protocol):
+    """The clients' webhook settings, as the owner sets them."""
+
+    async def get(self, client_id: int) -> ClientWebhook | None: ...
+
+    async def set(
+        self, client_id: int, secret: str | None, notify_url: str | None, generated: str
+    ) -> ClientWebhook:
+        """Set the default target; ``secret`` replaces the secret (None keeps it, or stores
+        ``generated`` for a client that had none)."""
+        ...
+
+
+class Resolver(Protocol):
+    """A host's addresses (every one, IPv4 and IPv6), as text."""
+
+    async def resolve(self, host: str, port: int) -> list[str]: ...
+
+
+class WebhookSender(Protocol):
+    """POSTs one webhook attempt; the receiver's status code (redirects are not followed)."""
+
+    async def post(
+        self,
+        url: str,
+        address: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        timeout_s: float,
+    ) -> int:
+        """Connect to ``address`` (a checked address of the URL's host), present the URL's host
+        (Host, TLS SNI and certificate), send; raise WebhookSendError on any failure."""
+        ...
+
+    async def close(self) -> None: ...
+
+
 class MessagePublisher(Protocol):
     """Publishes to a queue and returns once the broker confirmed it (else raises)."""
 
@@ -524,6 +591,10 @@ class CatalogStore(Protocol):
         ...
 
     async def journey_exists(self, client_id: int, journey_id: int) -> bool: ...
+
+    async def client_webhook(self, client_id: int) -> ClientWebhook | None:
+        """The client's webhook settings (secret, default notify_url), None when unset."""
+        ...
 
     async def create_layout(
         self, client_id: int, name: str, document: Mapping[str, object]

@@ -10,6 +10,7 @@ from importer.core import failpoints
 from importer.core.config import DEFAULT_LOCK_TIMEOUT_MS, MAX_CHUNK_SIZE
 from importer.core.errors import ConfigurationError
 from importer.core.models import Limits
+from importer.core.webhooks import RetryPolicy
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -71,6 +72,15 @@ DEFAULT_MAX_RETRIES = 3
 DEFAULT_RATE_LIMIT_PER_MINUTE = 120
 
 
+# Completion webhooks: attempts of one delivery, and how long after its event it may still be
+# tried (whichever bound comes first); the first retry's wait (doubling, at most an hour); one
+# attempt's whole time.
+DEFAULT_WEBHOOK_MAX_ATTEMPTS = 8
+DEFAULT_WEBHOOK_MAX_AGE_S = 24 * 3600.0
+DEFAULT_WEBHOOK_RETRY_DELAY_S = 30.0
+DEFAULT_WEBHOOK_TIMEOUT_S = 10.0
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     database_url: str = DEFAULT_DATABASE_URL
@@ -119,8 +129,23 @@ class Settings:
     # Redis: an accelerator only (progress hints, the creation rate limit); None runs without.
     redis_url: str | None = None
     rate_limit_per_minute: int = DEFAULT_RATE_LIMIT_PER_MINUTE
+    # Completion webhooks (a create's notify_url): the bound, the backoff, the attempt's time;
+    # allow_private accepts http and private, loopback or link-local targets (tests, on-prem).
+    webhook_max_attempts: int = DEFAULT_WEBHOOK_MAX_ATTEMPTS
+    webhook_max_age_s: float = DEFAULT_WEBHOOK_MAX_AGE_S
+    webhook_retry_delay_s: float = DEFAULT_WEBHOOK_RETRY_DELAY_S
+    webhook_timeout_s: float = DEFAULT_WEBHOOK_TIMEOUT_S
+    webhook_allow_private: bool = False
     # Tests only: `name=action[@n],…` (importer.core.failpoints); empty arms none.
     failpoints: str = ""
+
+    @property
+    def webhook_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            max_attempts=self.webhook_max_attempts,
+            max_age_s=self.webhook_max_age_s,
+            first_delay_s=self.webhook_retry_delay_s,
+        )
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Settings:
@@ -175,6 +200,19 @@ class Settings:
             rate_limit_per_minute=_int(
                 environ, "IMPORTER_RATE_LIMIT_PER_MINUTE", DEFAULT_RATE_LIMIT_PER_MINUTE
             ),
+            webhook_max_attempts=_int(
+                environ, "IMPORTER_WEBHOOK_MAX_ATTEMPTS", DEFAULT_WEBHOOK_MAX_ATTEMPTS
+            ),
+            webhook_max_age_s=_seconds(
+                environ, "IMPORTER_WEBHOOK_MAX_AGE_S", DEFAULT_WEBHOOK_MAX_AGE_S
+            ),
+            webhook_retry_delay_s=_seconds(
+                environ, "IMPORTER_WEBHOOK_RETRY_DELAY_S", DEFAULT_WEBHOOK_RETRY_DELAY_S
+            ),
+            webhook_timeout_s=_seconds(
+                environ, "IMPORTER_WEBHOOK_TIMEOUT_S", DEFAULT_WEBHOOK_TIMEOUT_S
+            ),
+            webhook_allow_private=_flag(environ, "IMPORTER_WEBHOOK_ALLOW_PRIVATE") is True,
             failpoints=_failpoints(environ),
             compiled=_flag(environ, "IMPORTER_PURE") is not True,
         )

@@ -1,4 +1,9 @@
-"""The one place that wires adapters to ports for the command line."""
+"""The one place that wires adapters to ports for the command line.
+
+Why this module is long: it is the one place choosing an adapter for every port (the pool, the
+stores, the broker's, Redis's, the object store, the webhook delivery) for every command;
+split, the choices would be made in as many places as there are commands.
+"""
 
 from __future__ import annotations
 
@@ -31,11 +36,13 @@ from importer.pipeline.fanout import ChunkHandler, FanoutSettings
 from importer.pipeline.observers import HintingObserver
 from importer.ports import (
     BatchPublisher,
+    ClientWebhooks,
     DeadLetterQueue,
     MessagePublisher,
     ObjectStore,
     PipelineObserver,
     Progress,
+    Resolver,
     Source,
     Store,
 )
@@ -56,6 +63,7 @@ from importer.services.relay import OutboxRelay
 from importer.services.reports import available_source, source_report
 from importer.services.runs import ObjectSource, job_config
 from importer.services.supervisor import Supervisor
+from importer.services.webhooks import AttemptObserver, WebhookDelivery
 from importer.services.worker import Worker
 from importer.settings import Settings
 
@@ -308,7 +316,11 @@ async def run_workers(settings: Settings, count: int) -> None:
                     for i in range(count)
                 ]
                 supervisor = Supervisor(stop)
-                supervisor.start(workers, outbox_relay(settings, pool))
+                supervisor.start(
+                    workers,
+                    outbox_relay(settings, pool),
+                    webhook_delivery(settings, pool, metrics.webhook_attempt),
+                )
                 await supervisor.run()
     finally:
         await store.close()
@@ -422,7 +434,8 @@ def pool_size(settings: Settings, workers: int, *, others: int) -> int:
     """
     relay = 0 if settings.rabbitmq_url is None else 1
     per_worker = settings.concurrency + 2
-    return workers * per_worker + relay + fanout_connections(settings) + others
+    webhooks = 1  # the webhook delivery's claims and records (its attempts hold none)
+    return workers * per_worker + relay + webhooks + fanout_connections(settings) + others
 
 
 def fanout_connections(settings: Settings) -> int:
@@ -462,6 +475,26 @@ def outbox_relay(settings: Settings, pool: Pool) -> OutboxRelay | None:
     return OutboxRelay(outbox, open_publisher, topology.queue_for, list(topology.topics))
 
 
+def webhook_delivery(
+    settings: Settings, pool: Pool, on_attempt: AttemptObserver | None = None
+) -> WebhookDelivery:
+    """The completion webhooks' delivery on ``pool``: in every serve and worker process, with
+    or without a broker."""
+    # Imported here: httpx is loaded only by the processes that deliver.
+    from importer.adapters.postgres.webhooks import PostgresWebhooks
+    from importer.adapters.webhooks import HttpxWebhookSender, SystemResolver
+
+    return WebhookDelivery(
+        PostgresWebhooks(pool, dsn=settings.database_url),
+        HttpxWebhookSender(),
+        SystemResolver(),
+        settings.webhook_policy,
+        timeout_s=settings.webhook_timeout_s,
+        allow_private=settings.webhook_allow_private,
+        on_attempt=on_attempt,
+    )
+
+
 def dead_letter_queue(settings: Settings) -> DeadLetterQueue | None:
     """The chunk messages' dead-letter queue when a broker is configured, else None."""
     url = settings.rabbitmq_url
@@ -490,5 +523,20 @@ async def admin_service(settings: Settings) -> AsyncIterator[AdminService]:
     try:
         undo = (PostgresUndo(pool), PostgresJobQueue(pool, compiled=settings.compiled))
         yield AdminService(PostgresAdmin(pool), dead_letter_queue(settings), undo)
+    finally:
+        await pool.close()
+
+
+@contextlib.asynccontextmanager
+async def client_webhooks(
+    settings: Settings,
+) -> AsyncIterator[tuple[ClientWebhooks, Resolver]]:
+    """The clients' webhook settings on DATABASE_URL, and the resolver that checks a target."""
+    from importer.adapters.postgres.webhooks import PostgresClientWebhooks
+    from importer.adapters.webhooks import SystemResolver
+
+    pool = await connect_pool(settings.database_url, 1)
+    try:
+        yield PostgresClientWebhooks(pool), SystemResolver()
     finally:
         await pool.close()

@@ -36,6 +36,7 @@ from importer.http.auth import mint_token
 from importer.services import admin
 from importer.services.local import ImportOutcome, ImportRequest
 from importer.services.runs import format_for
+from importer.services.webhooks import set_client_webhook
 from importer.settings import Settings
 
 
@@ -254,9 +255,29 @@ async def _admin_document(settings: Settings, args: argparse.Namespace) -> objec
             return admin.undone_document(await service.undo(None, args.job_id))
         if args.command == "job":
             return admin.removed_document(await service.remove_data(None, args.job_id))
+        if args.command == "client":
+            return await _client_webhook(settings, args)
         if args.dlq_command == "list":
             return admin.page_document(await service.dead_letters(None, args.limit))
         return admin.replay_document(await service.replay(None, args.job))
+
+
+async def _client_webhook(settings: Settings, args: argparse.Namespace) -> object:
+    async with wiring.client_webhooks(settings) as (store, resolver):
+        webhook = await set_client_webhook(
+            store,
+            resolver,
+            settings,
+            args.client_id,
+            notify_url=args.url,
+            secret=args.secret,
+            new_secret=args.new_secret,
+        )
+    return {
+        "client_id": webhook.client_id,
+        "notify_url": webhook.notify_url,
+        "secret": webhook.secret,
+    }
 
 
 def _migrate(settings: Settings, _args: argparse.Namespace) -> int:
@@ -285,6 +306,7 @@ _COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
     "worker": _worker,
     "job": _job,
     "dlq": _admin,
+    "client": _admin,
     "status": _read,
     "history": _read,
     "serve": _serve,

@@ -292,6 +292,23 @@ def _job_id(raw: str) -> uuid.UUID:
         raise argparse.ArgumentTypeError(f"not an import id: {raw!r}") from None
 
 
+def _add_client_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``importer client webhook``: a client's completion webhook settings (the owner's)."""
+    client = commands.add_parser("client", help="a client's settings (no token needed)")
+    client_commands = client.add_subparsers(dest="client_command", required=True)
+    webhook = client_commands.add_parser(
+        "webhook",
+        help="set a client's webhook secret and default notify_url; prints them (JSON)",
+    )
+    webhook.add_argument("--client-id", type=_client_id, required=True, help="the client")
+    webhook.add_argument(
+        "--url", help="its imports' default notify_url (default: none; a create's own wins)"
+    )
+    secret = webhook.add_mutually_exclusive_group()
+    secret.add_argument("--secret", help="the signing secret (16+ characters)")
+    secret.add_argument("--new-secret", action="store_true", help="a new random secret (rotation)")
+
+
 def _add_admin_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The owner's operations (seed 001's runbook), on DATABASE_URL and RABBITMQ_URL directly."""
     job = commands.add_parser("job", help="owner operations on one import (no token needed)")
@@ -335,6 +352,7 @@ def _add_admin_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="soft-delete the contacts an ended import created and clear its ledger (idempotent)",
     )
     remove.add_argument("job_id", type=_job_id, metavar="JOB", help="the import's id")
+    _add_client_parser(commands)
     dlq = commands.add_parser("dlq", help="the dead-letter queue of chunk messages (RABBITMQ_URL)")
     dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True)
     listing = dlq_commands.add_parser("list", help="look at dead letters without consuming them")

@@ -266,6 +266,14 @@ class BrokerError(ImporterError):
     http_message = "the message broker is unavailable; retry later"
 
 
+class WebhookSendError(ImporterError):
+    """A webhook attempt failed before the receiver answered (connect, TLS, timeout)."""
+
+
+class WebhookConnectError(WebhookSendError):
+    """A webhook's address refused or could not be reached: the host's next one may do."""
+
+
 class MalformedMessageError(ImporterError):
     """A chunk message cannot be parsed: it goes to the dead-letter queue, never retried."""
 

@@ -331,6 +331,7 @@ class NewJob:
     local_path: str | None = None  # the CLI's file (absolute), sealed by source_size/sha256
     preview: bool = False  # run a preview first, rest in ``ready`` until an apply
     max_invalid: str | None = None  # the error threshold, canonical (core.threshold)
+    notify_url: str | None = None  # the completion webhook (None: the client's default, if any)
 
 
 @dataclass(frozen=True, slots=True)

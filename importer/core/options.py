@@ -21,6 +21,7 @@ from importer.core.layout import parse_layout
 from importer.core.models import ConflictStrategy, InputFormat
 from importer.core.objects import key_problem
 from importer.core.threshold import parse_max_invalid
+from importer.core.webhooks import parse_notify_url
 
 # A stored file name keeps at most this many UTF-8 bytes (S3 keys stop at 1024 in all).
 MAX_FILENAME_BYTES = 200
@@ -72,6 +73,7 @@ class ImportOptions:
     layout_id: int | None = None
     preview: bool = False  # plan and rest in ``ready`` until an apply
     max_invalid: str | None = None  # the error threshold, canonical (core.threshold)
+    notify_url: str | None = None  # the completion webhook's target (core.webhooks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,7 @@ OPTION_FIELDS = (
     "format",
     "preview",
     "max_invalid",
+    "notify_url",
 )
 REQUIRED_OPTIONS = (
     "conflict_strategy",
@@ -241,6 +244,7 @@ _PARSERS: dict[str, Callable[[object], object]] = {
     "format": parse_format,
     "preview": parse_bool,
     "max_invalid": lambda v: str(parse_max_invalid(v)),
+    "notify_url": parse_notify_url,
 }
 
 
@@ -297,6 +301,7 @@ def _options(values: Mapping[str, object]) -> ImportOptions:
         layout_id=_as_int(layout_id) if layout_id is not None else None,
         preview=values.get("preview") is True,
         max_invalid=str(values["max_invalid"]) if "max_invalid" in values else None,
+        notify_url=str(values["notify_url"]) if "notify_url" in values else None,
     )
 
 

@@ -26,7 +26,9 @@ from importer.adapters.postgres.queue import PostgresJobQueue
 from importer.adapters.postgres.store import PostgresStore
 from importer.adapters.postgres.undo import PostgresUndo
 from importer.adapters.postgres.views import PostgresJobViews
+from importer.adapters.postgres.webhooks import PostgresClientWebhooks
 from importer.adapters.storage.local import LocalObjectStore
+from importer.adapters.webhooks import SystemResolver
 from importer.http import console
 from importer.http.auth import TokenVerifier
 from importer.http.deps import Resources
@@ -99,7 +101,9 @@ async def open_resources(
                 )
                 for index in range(settings.workers_per_process)
             ]
-            service = ImportService(PostgresJobViews(pool), catalog, objects, settings)
+            service = ImportService(
+                PostgresJobViews(pool), catalog, objects, settings, resolver=SystemResolver()
+            )
             relay = wiring.outbox_relay(settings, pool)
             app.state.resources = Resources(
                 settings,
@@ -117,14 +121,18 @@ async def open_resources(
                 wiring.dead_letter_queue(settings),
                 (PostgresUndo(pool), PostgresJobQueue(pool, compiled=settings.compiled)),
             )
+            app.state.resources.client_webhooks = PostgresClientWebhooks(pool)
+            app.state.resources.resolver = SystemResolver()
             if accelerator is not None:
                 accelerator.hub.start()
-            supervisor.start(workers, relay)
+            webhooks = wiring.webhook_delivery(settings, pool, metrics.pipeline.webhook_attempt)
+            supervisor.start(workers, relay, webhooks)
             try:
                 yield
             finally:
                 # The workers drain first (the chunk consumer, at the block's end, then finishes
-                # its deliveries); the relay stops last: it publishes what they wrote.
+                # its deliveries); the relay and the webhook delivery stop last: they send what
+                # the workers wrote.
                 await supervisor.stop()
                 log.info("workers_drained")
     finally:

@@ -21,7 +21,7 @@ from importer.core.options import MAX_INT8
 from importer.core.principals import Principal
 from importer.http.auth import TokenVerifier, parse_bearer
 from importer.metrics import ApiMetrics
-from importer.ports import ObjectStore
+from importer.ports import ClientWebhooks, ObjectStore, Resolver
 from importer.services.admin import AdminService
 from importer.services.imports import ImportService
 from importer.services.relay import OutboxRelay
@@ -46,6 +46,8 @@ class Resources:
     relay: OutboxRelay | None = None  # with a broker (RABBITMQ_URL) only
     accelerator: RedisAccelerator | None = None  # with Redis (REDIS_URL) only
     admin: AdminService | None = None  # the owner's operations
+    client_webhooks: ClientWebhooks | None = None  # the clients' webhook settings
+    resolver: Resolver | None = None  # a webhook target's addresses, checked
     draining: asyncio.Event = field(default_factory=asyncio.Event)
 
     def drain(self) -> None:

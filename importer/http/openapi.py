@@ -202,6 +202,12 @@ class ImportOptionsBody(BaseModel):
         description="fail (too_many_invalid_rows) before writing any contact when more rows "
         'than this count, or percentage such as "2%", are invalid',
     )
+    notify_url: str | None = Field(
+        default=None,
+        description="the completion webhook: the job document is POSTed here when the import "
+        "ends, signed with the client's webhook secret (X-Importer-Signature); https to a "
+        "public address only (default: the client's notify_url, if set)",
+    )
 
 
 class MultipartImportForm(ImportOptionsBody):
@@ -313,3 +319,29 @@ class ReplayBody(BaseModel):
         description="left in the queue: job_ended → requeue the import instead"
     )
     scanned: int
+
+
+class WebhookSettingsBody(BaseModel):
+    notify_url: str | None = Field(
+        default=None,
+        description="the client's imports' default notify_url (null: none); https to a public "
+        "address (checked like a create's)",
+    )
+    secret: str | None = Field(
+        default=None,
+        description="a new signing secret (16+ characters); omitted: the current one is kept, "
+        "or one is generated when the client has none",
+    )
+    new_secret: bool = Field(default=False, description="generate a new secret (a rotation)")
+
+
+class WebhookBody(BaseModel):
+    client_id: int
+    notify_url: str | None
+    secret_set: bool = Field(description="the secret itself is shown only by PUT")
+
+
+class WebhookSecretBody(BaseModel):
+    client_id: int
+    notify_url: str | None
+    secret: str = Field(description="the signing secret: the receiver verifies with it")

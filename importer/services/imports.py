@@ -58,10 +58,11 @@ from importer.core.options import (
     tenant_key_problem,
 )
 from importer.core.principals import Permission, Principal
-from importer.ports import CatalogStore, JobStore, LocalFiles, ObjectStore
+from importer.ports import CatalogStore, JobStore, LocalFiles, ObjectStore, Resolver
 from importer.services.documents import decode_cursor, encode_cursor
 from importer.services.reports import available_source, source_report
 from importer.services.runs import format_for, job_config
+from importer.services.webhooks import check_notify_url
 from importer.settings import Settings
 
 # Lifetime of a presigned (or self-hosted) upload URL.
@@ -114,8 +115,10 @@ class ImportService:
         settings: Settings,
         clock: Callable[[], dt.datetime] = utc_now,
         local_files: LocalFiles | None = None,
+        resolver: Resolver | None = None,  # a notify_url's addresses (None: refused)
     ) -> None:
         self._jobs = jobs
+        self._resolver = resolver
         self._catalog = catalog
         self._objects = objects
         self._settings = settings
@@ -403,6 +406,10 @@ class ImportService:
             client_id, options.journey_id
         ):
             raise InvalidRequestError([("journey_id", "no such journey")])
+        if options.notify_url is not None:
+            await check_notify_url(
+                options.notify_url, self._resolver, self._catalog, client_id, self._settings
+            )
         if options.layout_id is None:
             return options
         try:
@@ -447,6 +454,7 @@ class ImportService:
             kind=kind,
             preview=options.preview,
             max_invalid=options.max_invalid,
+            notify_url=options.notify_url,
         )
 
 

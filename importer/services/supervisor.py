@@ -1,12 +1,14 @@
-"""The one supervisor of a process's background tasks: the job workers and the outbox relay.
+"""The one supervisor of a process's background tasks: the job workers, the outbox relay and the
+webhook delivery.
 
-``importer serve`` and ``importer worker`` both run their workers (and, with a broker, the relay)
-through it. Every task is named and owned here; stopping is an event (the workers drain: their
-running imports commit the batches in flight and release their leases), the relay stops last so
-that it publishes what the drained jobs wrote. A task that ends while nobody asked it to (it
-crashed, or returned) is fatal: it is logged with its error (``worker_died``,
-``outbox_relay_died``), kept in :attr:`Supervisor.failure` and reported through ``on_fatal``; the
-process stops and says why rather than go on with jobs that no longer run.
+``importer serve`` and ``importer worker`` both run their workers (with a broker, the relay; the
+webhook delivery always) through it. Every task is named and owned here; stopping is an event
+(the workers drain: their running imports commit the batches in flight and release their
+leases), the relay and the webhook delivery stop last so that they send what the drained jobs
+wrote. A task that ends while nobody asked it to (it crashed, or returned) is fatal: it is
+logged with its error (``worker_died``, ``outbox_relay_died``, ``webhook_delivery_died``),
+kept in :attr:`Supervisor.failure` and reported through ``on_fatal``; the process stops and
+says why rather than go on with jobs that no longer run.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from importer.services.relay import OutboxRelay
+from importer.services.webhooks import WebhookDelivery
 from importer.services.worker import Worker
 
 log = structlog.get_logger(__name__)
@@ -37,10 +40,17 @@ class Supervisor:
         self._workers: list[asyncio.Task[None]] = []
         self._relay: OutboxRelay | None = None
         self._relay_task: asyncio.Task[None] | None = None
+        self._webhooks: WebhookDelivery | None = None
+        self._webhooks_task: asyncio.Task[None] | None = None
         self._failed = asyncio.Event()
         self.failure: BaseException | str | None = None
 
-    def start(self, workers: Sequence[Worker], relay: OutboxRelay | None = None) -> None:
+    def start(
+        self,
+        workers: Sequence[Worker],
+        relay: OutboxRelay | None = None,
+        webhooks: WebhookDelivery | None = None,
+    ) -> None:
         for worker in workers:
             task = asyncio.create_task(worker.run(), name=f"importer-worker:{worker.owner}")
             task.add_done_callback(self._worker_ended)
@@ -50,6 +60,12 @@ class Supervisor:
             self._relay = relay
             self._relay_task = asyncio.create_task(relay.run(), name="importer-outbox-relay")
             self._relay_task.add_done_callback(self._relay_ended)
+        if webhooks is not None:
+            self._webhooks = webhooks
+            self._webhooks_task = asyncio.create_task(
+                webhooks.run(), name="importer-webhook-delivery"
+            )
+            self._webhooks_task.add_done_callback(self._webhooks_ended)
 
     @property
     def healthy(self) -> bool:
@@ -60,12 +76,16 @@ class Supervisor:
         self.stop_event.set()
 
     async def stop(self) -> None:
-        """Drain and wait for the workers, then stop the relay and wait for it."""
+        """Drain and wait for the workers, then stop the relay and the webhook delivery and
+        wait for them."""
         self.drain()
         await asyncio.gather(*self._workers, return_exceptions=True)
-        if self._relay is not None and self._relay_task is not None:
+        if self._relay is not None:
             self._relay.stop()
-            await asyncio.gather(self._relay_task, return_exceptions=True)
+        if self._webhooks is not None:
+            self._webhooks.stop()
+        last = [task for task in (self._relay_task, self._webhooks_task) if task is not None]
+        await asyncio.gather(*last, return_exceptions=True)
 
     async def run(self) -> None:
         """Until the workers are stopped (and drained) or one task fails; then stop everything.
@@ -101,6 +121,10 @@ class Supervisor:
     def _relay_ended(self, task: asyncio.Task[None]) -> None:
         if self._relay is not None and not self._relay.stopping:
             self._fail(task, "outbox_relay_died")
+
+    def _webhooks_ended(self, task: asyncio.Task[None]) -> None:
+        if self._webhooks is not None and not self._webhooks.stopping:
+            self._fail(task, "webhook_delivery_died")
 
     def _fail(self, task: asyncio.Task[None], event: str) -> None:
         error = None if task.cancelled() else task.exception()

@@ -502,3 +502,50 @@ CREATE UNLOGGED TABLE IF NOT EXISTS import_preview_row (
     extra           text NOT NULL
 );
 CREATE INDEX IF NOT EXISTS import_preview_row_job_idx ON import_preview_row (job_id);
+
+-- Completion webhooks (issue 15, point 3). A client's webhook settings: the secret every
+-- delivery is signed with (HMAC-SHA256 of the body) and the default notify_url of its imports;
+-- set by the owner (`importer client webhook`). A job's own notify_url (a create option) wins.
+CREATE TABLE IF NOT EXISTS client_webhook (
+    client_id   integer PRIMARY KEY,
+    secret      text NOT NULL CHECK (length(secret) >= 16),
+    notify_url  text,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS notify_url text;
+
+-- One row per event to deliver, written in the transaction that causes it (finalize_job; undo
+-- later), so a kill -9 loses none. delivery_id is the event's outbox message id
+-- (`notification:<job>[:<run>]`): the receiver's dedupe key, the same on every attempt. body is
+-- the job document frozen at the first attempt (every retry sends the same bytes). A claim
+-- moves next_attempt_at past the attempt's timeout (a lease: a crashed attempt is due again
+-- after it) and counts the attempt; delivered_at or gave_up_at ends the row.
+CREATE TABLE IF NOT EXISTS webhook_delivery (
+    id               bigserial PRIMARY KEY,
+    delivery_id      text NOT NULL UNIQUE,
+    job_id           uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
+    client_id        integer NOT NULL,
+    event            text NOT NULL,
+    url              text NOT NULL,
+    body             text,
+    attempts         integer NOT NULL DEFAULT 0,
+    next_attempt_at  timestamptz NOT NULL DEFAULT now(),
+    last_error       text,
+    delivered_at     timestamptz,
+    gave_up_at       timestamptz,
+    created_at       timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS webhook_delivery_due_idx ON webhook_delivery (next_attempt_at)
+    WHERE delivered_at IS NULL AND gave_up_at IS NULL;
+
+-- Every attempt: inserted when it is claimed (status and error NULL: in flight, or cut by a
+-- crash), completed with the receiver's status code or the error and the duration.
+CREATE TABLE IF NOT EXISTS webhook_attempt (
+    delivery_id  text NOT NULL REFERENCES webhook_delivery (delivery_id) ON DELETE CASCADE,
+    attempt      integer NOT NULL,
+    started_at   timestamptz NOT NULL DEFAULT now(),
+    status_code  integer,
+    error        text,
+    duration_ms  integer,
+    PRIMARY KEY (delivery_id, attempt)
+);

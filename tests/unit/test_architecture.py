@@ -19,7 +19,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "importer"
 DRIVERS = frozenset(
-    {"asyncpg", "aio_pika", "aiormq", "redis", "aioboto3", "aiobotocore", "botocore"}
+    {"asyncpg", "aio_pika", "aiormq", "redis", "aioboto3", "aiobotocore", "botocore", "httpx"}
 )
 CORE_LIBRARIES = frozenset({"orjson", "phonenumbers", "email_validator"})
 EDGES = frozenset({"http", "cli", "server", "wiring", "__main__"})

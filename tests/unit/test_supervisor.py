@@ -112,3 +112,36 @@ async def test_stop_without_run_drains_everything() -> None:
     assert worker.drained
     assert order == ["relay stopped"]
     assert sup.failure is None  # asked to stop: nothing is a failure
+
+
+class FakeWebhooks(FakeRelay):
+    async def run(self) -> None:
+        if self._die:
+            return
+        await self._stopped.wait()
+        self._order.append("webhooks stopped")
+
+
+async def test_the_webhook_delivery_stops_after_the_workers_drain() -> None:
+    stop = asyncio.Event()
+    order: list[str] = []
+    worker = FakeWorker("w", stop)
+    sup = supervisor(stop)
+    sup.start(cast(Any, [worker]), None, cast(Any, FakeWebhooks(order)))
+    await worker.started.wait()
+    stop.set()
+    await sup.run()
+    assert worker.drained
+    assert order == ["webhooks stopped"]
+
+
+async def test_a_webhook_delivery_that_ends_unasked_is_fatal() -> None:
+    stop = asyncio.Event()
+    worker = FakeWorker("w", stop)
+    sup = supervisor(stop)
+    with capture_logs() as logs:
+        sup.start(cast(Any, [worker]), None, cast(Any, FakeWebhooks([], die=True)))
+        with pytest.raises(RuntimeError, match="returned without being stopped"):
+            await sup.run()
+    assert worker.drained
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["webhook_delivery_died"]

@@ -13,10 +13,12 @@ import orjson
 
 from importer.adapters.postgres.jobs import insert_job
 from importer.adapters.postgres.pool import translated_errors
+from importer.adapters.postgres.webhooks import PostgresClientWebhooks
 from importer.core.errors import LayoutNotFoundError
 from importer.core.layout import parse_layout
 from importer.core.models import JobStatus, NewJob, StoredLayout
 from importer.core.options import FiringIntent
+from importer.core.webhooks import ClientWebhook
 from importer.sql import queries
 
 # A tenant's layouts are a short list a form picks from; the cap keeps one answer bounded.
@@ -59,6 +61,9 @@ class CatalogStore:
     async def journey_exists(self, client_id: int, journey_id: int) -> bool:
         with translated_errors():
             return bool(await self._pool.fetchval(self._q["journey_exists"], client_id, journey_id))
+
+    async def client_webhook(self, client_id: int) -> ClientWebhook | None:
+        return await PostgresClientWebhooks(self._pool).get(client_id)
 
     async def create_linked_job(
         self, new_job: NewJob, status: JobStatus, intent: FiringIntent | None

@@ -88,6 +88,7 @@ def job_values(new_job: NewJob, status: JobStatus) -> tuple[object, ...]:
         new_job.local_path,
         new_job.preview,
         new_job.max_invalid,
+        new_job.notify_url,
     )
 
 

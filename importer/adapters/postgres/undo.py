@@ -10,6 +10,7 @@ import uuid
 import asyncpg
 
 from importer.adapters.postgres.pool import pooled, translated_errors
+from importer.adapters.postgres.webhooks import enqueue_webhook
 from importer.core import failpoints, lifecycle
 from importer.core.errors import JobNotFoundError, UndoConflictError
 from importer.core.models import JobStatus
@@ -83,7 +84,10 @@ class PostgresUndo:
                 else:
                     await conn.execute(self._q["undo_custom_fields"], job_id)
                     await conn.execute(self._q["undo_unused_fields"], job_id)
-                    await conn.fetchval(self._q["end_undo"], job_id)
+                    run = await conn.fetchval(self._q["end_undo"], job_id)
+                    if run is not None:  # the webhook of the notification, same id
+                        delivery = f"notification:{job_id}:undone:{run}"
+                        await enqueue_webhook(conn, job_id, delivery, "import_undone")
                     return False
         await _reach(failpoints.UNDO_AFTER_SLICE)
         return True

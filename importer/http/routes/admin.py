@@ -1,5 +1,6 @@
 """Routes of the ``admin`` tag: the owner's operations (IMPORT.ADMIN; seed 001's runbook) —
-requeue an ended import, remove its data, peek at and replay dead letters."""
+requeue an ended import, remove its data, peek at and replay dead letters; the client's
+completion webhook settings."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from importer.core.principals import Permission
 from importer.http import openapi as doc
-from importer.http.bodies import json_response, operation_id
-from importer.http.deps import Admin, Caller, JobId, Service
+from importer.http.bodies import json_object, json_response, operation_id
+from importer.http.deps import Admin, Caller, JobId, Service, resources_of
 from importer.services.admin import (
     DEFAULT_LIST_LIMIT,
     MAX_LIST_LIMIT,
@@ -20,6 +22,11 @@ from importer.services.admin import (
     replay_document,
 )
 from importer.services.documents import job_document
+from importer.services.webhooks import (
+    parse_webhook_settings,
+    set_client_webhook,
+    webhook_document,
+)
 
 router = APIRouter()
 
@@ -125,3 +132,53 @@ async def replay_dead_letters(
     job_id: Annotated[uuid.UUID | None, Query(description="only this import's")] = None,
 ) -> Response:
     return json_response(replay_document(await admin.replay(principal, job_id)))
+
+
+@router.get(
+    "/v1/admin/webhook",
+    tags=["admin"],
+    summary="The client's completion webhook settings (IMPORT.ADMIN)",
+    description="Its default notify_url and whether a signing secret is set (never the secret).",
+    responses={200: {"model": doc.WebhookBody}, **doc.error_responses()},
+)
+async def get_webhook(request: Request, principal: Caller) -> Response:
+    principal.require(Permission.IMPORT_ADMIN)
+    store = resources_of(request).client_webhooks
+    assert store is not None
+    webhook = await store.get(principal.client_id)
+    return json_response(webhook_document(webhook, principal.client_id))
+
+
+@router.put(
+    "/v1/admin/webhook",
+    tags=["admin"],
+    summary="Set the client's webhook secret and default notify_url (IMPORT.ADMIN)",
+    description=(
+        "The secret signs every delivery (X-Importer-Signature); a create's notify_url needs "
+        "it. Answers the settings with the secret, for the receiver. notify_url is checked like "
+        "a create's: https, every address public (400 on notify_url)."
+    ),
+    openapi_extra=doc.request_body({"application/json": doc.WebhookSettingsBody}),
+    responses={200: {"model": doc.WebhookSecretBody}, **doc.error_responses()},
+)
+async def put_webhook(request: Request, principal: Caller) -> Response:
+    principal.require(Permission.IMPORT_ADMIN)
+    asked = parse_webhook_settings(await json_object(request))
+    resources = resources_of(request)
+    assert resources.client_webhooks is not None
+    assert resources.resolver is not None
+    webhook = await set_client_webhook(
+        resources.client_webhooks,
+        resources.resolver,
+        resources.settings,
+        principal.client_id,
+        notify_url=asked.notify_url,
+        secret=asked.secret,
+        new_secret=asked.new_secret,
+    )
+    document = {
+        "client_id": webhook.client_id,
+        "notify_url": webhook.notify_url,
+        "secret": webhook.secret,
+    }
+    return json_response(document)

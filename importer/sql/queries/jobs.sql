@@ -5,18 +5,20 @@
 -- name: insert_job
 -- An in-process job ($24, the CLI's) is never claimed by a worker; it is created under the lease
 -- of its process ($25 owner, $26 seconds), renewed by that process's heartbeat. $27: the local
--- file's absolute path. $28: a preview first; $29: the error threshold.
+-- file's absolute path. $28: a preview first; $29: the error threshold; $30: the completion
+-- webhook's target (NULL: the client's default, if any).
 INSERT INTO import_job (
     id, client_id, user_id, status, source, input_format, layout, conflict_strategy,
     chunk_size, partitions, has_internationalization, bytes_total, journey_id,
     auto_start_journey_mailing, source_size, source_sha256, filename, has_sensitive_data,
     has_underage_data, data_processing_purpose, lgpd_processing_hypothesis, tags, kind,
-    in_process, lease_owner, lease_expires_at, local_path, preview_requested, max_invalid
+    in_process, lease_owner, lease_expires_at, local_path, preview_requested, max_invalid,
+    notify_url
 )
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
         $20, $21, $22, $23, $24, $25,
         CASE WHEN $25::text IS NOT NULL THEN now() + make_interval(secs => $26) END, $27,
-        $28, $29);
+        $28, $29, $30);
 
 -- name: transition_job
 -- The one guarded place where a job changes status; with an owner ($4), only while that worker
@@ -162,6 +164,23 @@ notification AS (
                'rows_read', j.rows_read, 'inserted', j.inserted, 'updated', j.updated,
                'invalid', j.invalid, 'error', j.error, 'ignored', j.ignored)
     FROM job j JOIN finalized f ON f.batch_id = j.id
+),
+webhook AS (
+    -- The completion webhook (the job's notify_url, else its client's default): one delivery
+    -- per finalization under the notification's message id, delivered by the workers.
+    INSERT INTO webhook_delivery (delivery_id, job_id, client_id, event, url)
+    SELECT 'notification:' || j.id
+               || CASE WHEN j.run_generation > 1 THEN ':' || j.run_generation ELSE '' END,
+           j.id, j.client_id,
+           CASE WHEN j.status = 'failed' THEN 'import_failed'
+                WHEN j.status = 'cancelled' THEN 'import_cancelled'
+                WHEN j.invalid + j.error = 0 THEN 'import_done'
+                ELSE 'import_partial' END,
+           coalesce(j.notify_url, w.notify_url)
+    FROM job j JOIN finalized f ON f.batch_id = j.id
+    LEFT JOIN client_webhook w ON w.client_id = j.client_id
+    WHERE coalesce(j.notify_url, w.notify_url) IS NOT NULL
+    ON CONFLICT (delivery_id) DO NOTHING
 ),
 journey AS (
     UPDATE journey_classification_contact c

@@ -215,4 +215,4 @@ notified AS (
     FROM job j
     ON CONFLICT (message_id) DO NOTHING
 )
-SELECT id FROM job;
+SELECT run_generation FROM job;
