@@ -8,7 +8,7 @@
 (() => {
   const TOKEN_KEY = "importer.token";
   const COUNTERS = ["rows_read", "inserted", "updated", "invalid", "error", "ignored"];
-  const TERMINAL = new Set(["completed", "completed_with_placeholders", "failed", "cancelled"]);
+  const TERMINAL = new Set(["completed", "completed_with_placeholders", "failed", "cancelled", "undone"]);
   const HISTORY_PAGE = 10;
   const REPORT_ROWS_SHOWN = 500;
   const RECONNECT_DELAY_MS = 1000;
