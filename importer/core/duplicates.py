@@ -1,0 +1,312 @@
+"""The duplicate-resolution report: where more than one source competed for a field of a key.
+
+A *competition* is one (key, field) of one batch where a non-empty value lost: several rows of
+the key brought different values, or a row met the stored contact's. It names the winning
+value and where it came from (a line, or ``None``: the stored contact), the losing lines,
+whether the stored value lost, and the rule that decided (the policy's rule, or ``discard``).
+The winner is exactly the value the batch's plan leaves on the contact (``core.merge``): it is
+decided here by the same rules (``core.policy.decide``) from the same stored state.
+
+Fields: ``name``, ``street_address``, ``custom:<Name>``, and ``channel:<name>`` only where a
+``replace`` policy drops stored values (a union keeps every value: nothing competes). DISCARD
+reports per field: a key's first row (or its stored contact) wins every field a later row also
+had with another value.
+
+Cost: only keys with more than one row in the batch, or with a stored contact, are looked at;
+a key seen once and new costs a dictionary lookup. Across batches, :func:`combine` makes one row
+of a (key, field)'s competitions in batch order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from importer.core import policy as rules
+from importer.core.merge import Folded, MergedContact, StoredContact
+from importer.core.models import Channel, ConflictStrategy, ContactRow
+from importer.core.policy import ChannelRule, MergePolicy, Rule
+
+DISCARD_RULE = "discard"  # the rule word of a DISCARD import's competitions
+REPLACE_RULE = ChannelRule.REPLACE.value
+NAME = rules.NAME
+STREET_ADDRESS = rules.STREET_ADDRESS
+STORED = "stored"  # the report's word for the stored contact as a source
+
+# The report's columns (CSV header, JSONL keys), in order.
+REPORT_COLUMNS = ("key", "field", "winner_value", "winner_line", "losing_lines", "rule")
+
+
+@dataclass(frozen=True, slots=True)
+class Competition:
+    """One (key, field) where a non-empty value lost, in one batch (or combined: a report row)."""
+
+    key: str
+    field: str
+    winner_value: str | None
+    winner_line: int | None  # None: the stored contact's value won
+    losing_lines: tuple[int, ...]
+    loser_stored: bool  # the stored contact's value lost
+    rule: str
+
+
+def batch_competitions(
+    rows: Sequence[ContactRow],
+    folded: Mapping[str, Folded],
+    stored: Mapping[str, StoredContact],
+    strategy: ConflictStrategy,
+    policy: MergePolicy,
+) -> list[Competition]:
+    """The competitions of one batch, by key then field: ``rows`` in file order, ``folded``
+    their fold (``merge.fold_rows``), ``stored`` the stored contacts as the batch read them."""
+    discard = strategy is ConflictStrategy.DISCARD
+    repeated = _repeated(rows, folded) if discard else _merged_keys(folded)
+    keys = repeated.union(stored.keys() & folded.keys()) if stored else repeated
+    if not keys:
+        return []
+    by_key: dict[str, list[ContactRow]] = {}
+    if repeated:
+        for row in rows:
+            if row.cpf_cnpj in repeated:
+                by_key.setdefault(row.cpf_cnpj, []).append(row)
+    found: list[Competition] = []
+    for key in sorted(keys):
+        entry = folded[key]
+        if key in repeated:
+            key_rows = by_key[key]
+        else:
+            assert isinstance(entry, ContactRow)  # a key's single row stands for its fold
+            key_rows = [entry]
+        contact = stored.get(key)
+        if discard:
+            found.extend(_discarded(key, key_rows, contact))
+        else:
+            found.extend(_merged(key, key_rows, contact, policy))
+    return found
+
+
+def _merged_keys(folded: Mapping[str, Folded]) -> set[str]:
+    """MERGE: the keys with more than one row (their fold is a MergedContact)."""
+    return {key for key, entry in folded.items() if isinstance(entry, MergedContact)}
+
+
+def _repeated(rows: Sequence[ContactRow], folded: Mapping[str, Folded]) -> set[str]:
+    """DISCARD: the keys with more than one row (the fold kept only their first)."""
+    if len(rows) == len(folded):
+        return set()
+    seen: set[str] = set()
+    repeated: set[str] = set()
+    for row in rows:
+        (repeated if row.cpf_cnpj in seen else seen).add(row.cpf_cnpj)
+    return repeated
+
+
+def _sources(rows: Sequence[ContactRow]) -> Iterator[tuple[str, str, list[tuple[int, str]]]]:
+    """Each field the rows give a value: (field, lower-case target, [(line, value)]) in order.
+    A row's value of a custom field is its last column of that name."""
+    names = [(row.line, row.name) for row in rows if row.name is not None]
+    if names:
+        yield NAME, NAME, names
+    addresses = [(row.line, row.street_address) for row in rows if row.street_address is not None]
+    if addresses:
+        yield STREET_ADDRESS, STREET_ADDRESS, addresses
+    customs: dict[str, tuple[str, list[tuple[int, str]]]] = {}
+    for row in rows:
+        if not row.custom_fields:
+            continue
+        for lower, (name, value) in {n.lower(): (n, v) for n, v in row.custom_fields}.items():
+            customs.setdefault(lower, (name, []))[1].append((row.line, value))
+    for lower, (name, values) in customs.items():
+        yield f"custom:{name}", lower, values
+
+
+def _stored_value(contact: StoredContact, target: str) -> str | None:
+    if target == NAME:
+        return contact.name
+    if target == STREET_ADDRESS:
+        return contact.street_address
+    return contact.custom_fields.get(target)
+
+
+def _rule_of(policy: MergePolicy, target: str) -> Rule:
+    if target == NAME:
+        return policy.name
+    if target == STREET_ADDRESS:
+        return policy.street_address
+    return policy.custom_rule(target)
+
+
+def _mark_of(target: str) -> str:
+    return target if target in (NAME, STREET_ADDRESS) else rules.custom_target(target)
+
+
+def _merged(
+    key: str, rows: Sequence[ContactRow], contact: StoredContact | None, policy: MergePolicy
+) -> Iterator[Competition]:
+    """MERGE: the file's value (first or last non-empty) against the stored one by the rule."""
+    for field, target, values in _sources(rows):
+        if contact is None and len(values) == 1:
+            continue
+        rule = _rule_of(policy, target)
+        line: int | None
+        value: str | None
+        line, value = values[0] if rule is Rule.FIRST_NON_EMPTY else values[-1]
+        if contact is not None:
+            stored = _stored_value(contact, target)
+            marked = _mark_of(target) in contact.marks
+            lands, _ = rules.decide(rule, stored is None, contact.own, marked)
+            if not lands:
+                line, value = None, stored
+        competition = _competition(key, field, value, line, values, contact, target, rule.value)
+        if competition is not None:
+            yield competition
+    if contact is not None and policy.channels is ChannelRule.REPLACE and not contact.own:
+        yield from _replaced(key, rows, contact)
+
+
+def _competition(
+    key: str,
+    field: str,
+    winner: str | None,
+    winner_line: int | None,
+    values: Sequence[tuple[int, str]],
+    contact: StoredContact | None,
+    target: str,
+    rule: str,
+) -> Competition | None:
+    """The competition of a field whose value is ``winner``, if a non-empty value lost."""
+    losing = tuple(line for line, value in values if value != winner)
+    stored = None if contact is None else _stored_value(contact, target)
+    loser_stored = stored is not None and stored != winner
+    if not losing and not loser_stored:
+        return None
+    return Competition(key, field, winner, winner_line, losing, loser_stored, rule)
+
+
+def _discarded(
+    key: str, rows: Sequence[ContactRow], contact: StoredContact | None
+) -> Iterator[Competition]:
+    """DISCARD: the stored contact, else the key's first row, wins every field."""
+    first = rows[0]
+    for field, target, values in _sources(rows):
+        if contact is None:
+            winner, line = _row_value(first, target), first.line
+            later = [(n, v) for n, v in values if n != first.line]
+        else:
+            winner, line, later = _stored_value(contact, target), None, list(values)
+        competition = _competition(key, field, winner, line, later, contact, target, DISCARD_RULE)
+        if competition is not None:
+            yield competition
+
+
+def _row_value(row: ContactRow, target: str) -> str | None:
+    if target == NAME:
+        return row.name
+    if target == STREET_ADDRESS:
+        return row.street_address
+    value = None
+    for name, custom in row.custom_fields:
+        if name.lower() == target:
+            value = custom
+    return value
+
+
+def _replaced(
+    key: str, rows: Sequence[ContactRow], contact: StoredContact
+) -> Iterator[Competition]:
+    """``replace``: a channel whose first values in the import drop stored values (the batch
+    that marks the channel, as ``merge._plan_replace``)."""
+    by_channel: dict[int, tuple[int, list[str]]] = {}  # channel → (first line, values)
+    for row in rows:
+        for detail in row.details:
+            line, values = by_channel.setdefault(int(detail.channel), (row.line, []))
+            if detail.value not in values:
+                values.append(detail.value)
+    for channel, (line, values) in sorted(by_channel.items()):
+        if rules.channel_target(channel) in contact.marks:
+            continue
+        kept = set(values)
+        if any(c == channel and v not in kept for c, v in contact.details):
+            field = f"channel:{Channel(channel).name.lower()}"
+            yield Competition(key, field, " ".join(values), line, (), True, REPLACE_RULE)
+
+
+# --- across batches -------------------------------------------------------------------------
+
+
+def combine(competitions: Iterable[Competition]) -> Competition:
+    """One (key, field)'s competitions in batch order as one report row.
+
+    The field's value after a batch with a competition is that competition's winner, and it
+    stays until the next one (a batch that changes a non-empty value to another competes), so
+    a later batch's ``stored`` is the previous competition's winner: its line when it had one.
+    The winner is the last batch's; the losing lines are every other line named.
+    """
+    losing: set[int] = set()
+    loser_stored = False
+    winner_line: int | None = None
+    last: Competition | None = None
+    for competition in competitions:
+        losing.update(competition.losing_lines)
+        if competition.loser_stored:
+            if winner_line is None:
+                loser_stored = True
+            else:
+                losing.add(winner_line)
+        if competition.winner_line is not None:
+            winner_line = competition.winner_line
+        elif last is not None and last.winner_value != competition.winner_value:
+            winner_line = None  # cannot happen by the argument above; never guess a line
+        last = competition
+    assert last is not None, "combine needs at least one competition"
+    if winner_line is not None:
+        losing.discard(winner_line)
+    return Competition(
+        last.key,
+        last.field,
+        last.winner_value,
+        winner_line,
+        tuple(sorted(losing)),
+        loser_stored,
+        last.rule,
+    )
+
+
+def combined(competitions: Iterable[Competition]) -> Iterator[Competition]:
+    """Report rows from competitions ordered by (key, field) then batch: one per (key, field)."""
+    group: list[Competition] = []
+    for competition in competitions:
+        if group and (group[0].key, group[0].field) != (competition.key, competition.field):
+            yield combine(group)
+            group = []
+        group.append(competition)
+    if group:
+        yield combine(group)
+
+
+# --- the report's cells -----------------------------------------------------------------------
+
+
+def winner_cell(competition: Competition) -> str:
+    return STORED if competition.winner_line is None else str(competition.winner_line)
+
+
+def losing_cell(competition: Competition) -> str:
+    """The losing sources, space separated: lines, and ``stored`` when the stored value lost."""
+    cells = [str(line) for line in competition.losing_lines]
+    if competition.loser_stored:
+        cells.append(STORED)
+    return " ".join(cells)
+
+
+def report_document(competition: Competition) -> dict[str, object]:
+    """A report row as a JSON object (raw values: JSON is data, not a spreadsheet)."""
+    return {
+        "key": competition.key,
+        "field": competition.field,
+        "winner_value": competition.winner_value,
+        "winner_line": competition.winner_line,  # null: the stored contact
+        "losing_lines": list(competition.losing_lines),
+        "loser_stored": competition.loser_stored,
+        "rule": competition.rule,
+    }
