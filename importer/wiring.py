@@ -24,7 +24,7 @@ from importer.adapters.storage.local import LocalObjectStore
 from importer.core.errors import AcceleratorError, ConfigurationError
 from importer.core.models import Job
 from importer.core.objects import StoredObject
-from importer.core.report import write_csv_report
+from importer.core.report import write_csv_duplicates, write_csv_report
 from importer.core.unreachable import HINTS, mask_url
 from importer.pipeline.fanout import ChunkHandler, FanoutSettings
 from importer.pipeline.observers import HintingObserver
@@ -180,12 +180,20 @@ async def interrupt_on_signals(interrupt: Interrupt) -> AsyncIterator[asyncio.Ev
             loop.remove_signal_handler(sig)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reports:
+    """Where a command-line run writes its reports once it ends (None: not written)."""
+
+    errors_out: Path | None = None
+    duplicates_out: Path | None = None
+
+
 async def run_import(
     settings: Settings,
     path: Path | S3Location,
     request: ImportRequest,
     progress: Progress | None,
-    errors_out: Path | None,
+    reports: Reports,
     interrupt: Interrupt,
     announce: Callable[[uuid.UUID], None] | None = None,
 ) -> ImportOutcome:
@@ -209,7 +217,7 @@ async def run_import(
                 local_path=local_path,
                 announce=announce,
             )
-        await _write_report(store, outcome, errors_out)
+        await _write_reports(store, outcome, reports)
         return outcome
     finally:
         await pool.close()
@@ -219,7 +227,7 @@ async def run_resume(
     settings: Settings,
     job_id: uuid.UUID,
     progress: Progress | None,
-    errors_out: Path | None,
+    reports: Reports,
     interrupt: Interrupt,
     *,
     apply: bool = False,
@@ -241,16 +249,19 @@ async def run_resume(
                 stop,
                 local_files=LocalObjectStore,
             )
-        await _write_report(store, outcome, errors_out)
+        await _write_reports(store, outcome, reports)
         return outcome
     finally:
         await pool.close()
 
 
-async def _write_report(store: Store, outcome: ImportOutcome, out: Path | None) -> None:
-    if out is not None:
-        with out.open("w", encoding="utf-8", newline="") as handle:
+async def _write_reports(store: Store, outcome: ImportOutcome, reports: Reports) -> None:
+    if reports.errors_out is not None:
+        with reports.errors_out.open("w", encoding="utf-8", newline="") as handle:
             await write_csv_report(store.row_issues(outcome.job_id), handle)
+    if reports.duplicates_out is not None:
+        with reports.duplicates_out.open("w", encoding="utf-8", newline="") as handle:
+            await write_csv_duplicates(store.duplicates(outcome.job_id), handle)
 
 
 def worker_owner(index: int) -> str:

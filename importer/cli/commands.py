@@ -60,6 +60,7 @@ def _request(args: argparse.Namespace) -> ImportRequest:
         international=args.international,
         preview=args.dry_run,
         max_invalid=args.max_invalid,
+        duplicates_report=args.duplicates_report,
     )
 
 
@@ -88,9 +89,8 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
             else:
                 progress.console.print(line, markup=False, highlight=False)
 
-        return wiring.run_import(
-            settings, path, request, progress, args.errors_out, interrupt, announce
-        )
+        reports = wiring.Reports(args.errors_out, args.duplicates_out)
+        return wiring.run_import(settings, path, request, progress, reports, interrupt, announce)
 
     return _report(_with_bar(args.json, run), interrupt, args.json)
 
@@ -103,9 +103,8 @@ def _resume(settings: Settings, args: argparse.Namespace) -> int:
     apply = args.job_command == "apply"
 
     def run(progress: TerminalProgress | None) -> Coroutine[None, None, ImportOutcome]:
-        return wiring.run_resume(
-            settings, args.job_id, progress, args.errors_out, interrupt, apply=apply
-        )
+        reports = wiring.Reports(args.errors_out, args.duplicates_out)
+        return wiring.run_resume(settings, args.job_id, progress, reports, interrupt, apply=apply)
 
     try:
         outcome = _with_bar(args.json, run)

@@ -19,7 +19,7 @@ of a (key, field)'s competitions in batch order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from importer.core import policy as rules
@@ -32,9 +32,6 @@ REPLACE_RULE = ChannelRule.REPLACE.value
 NAME = rules.NAME
 STREET_ADDRESS = rules.STREET_ADDRESS
 STORED = "stored"  # the report's word for the stored contact as a source
-
-# The report's columns (CSV header, JSONL keys), in order.
-REPORT_COLUMNS = ("key", "field", "winner_value", "winner_line", "losing_lines", "rule")
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +273,18 @@ def combined(competitions: Iterable[Competition]) -> Iterator[Competition]:
     """Report rows from competitions ordered by (key, field) then batch: one per (key, field)."""
     group: list[Competition] = []
     for competition in competitions:
+        if group and (group[0].key, group[0].field) != (competition.key, competition.field):
+            yield combine(group)
+            group = []
+        group.append(competition)
+    if group:
+        yield combine(group)
+
+
+async def combined_stream(competitions: AsyncIterable[Competition]) -> AsyncIterator[Competition]:
+    """:func:`combined` of a stream (the database's cursor), a group in memory at a time."""
+    group: list[Competition] = []
+    async for competition in competitions:
         if group and (group[0].key, group[0].field) != (competition.key, competition.field):
             yield combine(group)
             group = []

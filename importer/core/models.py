@@ -241,6 +241,7 @@ class Job:
     max_invalid: str | None = None  # the error threshold ("100", "2%"): validate first
     validation: dict[str, object] | None = None  # what the validation of the whole file found
     preview_applied: bool = False  # the preview's apply came (its run imports the file)
+    duplicates_report: bool = True  # its batches write the duplicate report (core.duplicates)
 
     @property
     def previews(self) -> bool:
@@ -324,6 +325,7 @@ class NewJob:
     local_path: str | None = None  # the CLI's file (absolute), sealed by source_size/sha256
     preview: bool = False  # run a preview first, rest in ``ready`` until an apply
     max_invalid: str | None = None  # the error threshold, canonical (core.threshold)
+    duplicates_report: bool = True  # compute and keep the duplicate report (core.duplicates)
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,7 @@ class ImportOptions:
     layout_id: int | None = None
     preview: bool = False  # plan and rest in ``ready`` until an apply
     max_invalid: str | None = None  # the error threshold, canonical (core.threshold)
+    duplicates_report: bool = True  # compute and keep the duplicate report (core.duplicates)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,7 @@ OPTION_FIELDS = (
     "format",
     "preview",
     "max_invalid",
+    "duplicates_report",
 )
 REQUIRED_OPTIONS = (
     "conflict_strategy",
@@ -241,6 +243,7 @@ _PARSERS: dict[str, Callable[[object], object]] = {
     "format": parse_format,
     "preview": parse_bool,
     "max_invalid": lambda v: str(parse_max_invalid(v)),
+    "duplicates_report": parse_bool,
 }
 
 
@@ -297,6 +300,7 @@ def _options(values: Mapping[str, object]) -> ImportOptions:
         layout_id=_as_int(layout_id) if layout_id is not None else None,
         preview=values.get("preview") is True,
         max_invalid=str(values["max_invalid"]) if "max_invalid" in values else None,
+        duplicates_report=values.get("duplicates_report") is not False,
     )
 
 

@@ -15,8 +15,9 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from importer.core import lifecycle, threshold
+from importer.core import duplicates, lifecycle, merge, threshold
 from importer.core import policy as rules
+from importer.core.duplicates import Competition
 from importer.core.errors import (
     IllegalTransitionError,
     JobNotFoundError,
@@ -182,6 +183,8 @@ class InMemoryStore:
         self.finalized: dict[uuid.UUID, Finalized] = {}
         self.read_to_end: set[uuid.UUID] = set()  # jobs whose reader reached the file's end
         self.staged: dict[uuid.UUID, list[ContactRow]] = {}  # a preview's valid rows
+        # The duplicate report's competitions: ((chunk_no, batch's first line), competition).
+        self.competitions: dict[uuid.UUID, list[tuple[tuple[int, int], Competition]]] = {}
 
     async def create_job(self, new_job: NewJob, status: JobStatus) -> Job:
         job = Job(
@@ -197,6 +200,7 @@ class InMemoryStore:
             preview_requested=new_job.preview,
             max_invalid=new_job.max_invalid,
             layout=new_job.layout,
+            duplicates_report=new_job.duplicates_report,
         )
         self.jobs[job.id] = job
         self.ledger[job.id], self.issues[job.id] = {}, []
@@ -309,6 +313,10 @@ class InMemoryStore:
         if lane and not self._in_lane(job, batch):
             return None
         policy = rules.policy_of(job.layout)
+        if job.strategy is not ConflictStrategy.MERGE:
+            policy = DEFAULT_POLICY  # DISCARD ignores the policy
+        if job.duplicates_report and batch.rows:
+            self._compete(job, batch, policy)
         applied = self.model.apply(job.client_id, batch.rows, job.strategy, policy, job.id)
         counters = Counters(
             rows_read=batch.rows_read,
@@ -321,6 +329,19 @@ class InMemoryStore:
         self._position(job.id, batch)
         self.issues[job.id].extend(batch.issues)
         return counters
+
+    def _compete(self, job: Job, batch: Batch, policy: MergePolicy) -> None:
+        """The batch's competitions, against the model's contacts as the batch finds them."""
+        folded = merge.fold_rows(batch.rows, job.strategy, policy)
+        trace = self.model.traces.get(job.id, ImportTrace())
+        stored = {}
+        for key in folded:
+            state = self.model.contacts.get((job.client_id, key))
+            if state is not None:
+                stored[key] = _stored_with_trace(state, trace, (job.client_id, key))
+        found = duplicates.batch_competitions(batch.rows, folded, stored, job.strategy, policy)
+        order = (batch.chunk_no, batch.rows[0].line)
+        self.competitions.setdefault(job.id, []).extend((order, c) for c in found)
 
     async def discard_batch(
         self,
@@ -380,6 +401,13 @@ class InMemoryStore:
             yield warning.as_issue()
         for issue in sorted(self.issues[job_id], key=lambda i: i.line):
             yield issue
+
+    async def duplicates(self, job_id: uuid.UUID) -> AsyncIterator[Competition]:
+        found = sorted(
+            self.competitions.get(job_id, ()), key=lambda oc: (oc[1].key, oc[1].field, oc[0])
+        )
+        for competition in duplicates.combined(c for _, c in found):
+            yield competition
 
     # --- outside the batches -------------------------------------------------------------------
 
@@ -446,4 +474,20 @@ def _stored(state: ContactState, fields: set[str]) -> StoredContact:
         state.street_address,
         frozenset((int(c), v) for c, v in state.details),
         {k: v for k, v in state.custom_fields.items() if k in fields},
+    )
+
+
+def _stored_with_trace(
+    state: ContactState, trace: ImportTrace, key: tuple[int, str]
+) -> StoredContact:
+    """A contact of the model with what the import did to it (a policy's provenance)."""
+    marks = frozenset(target for *k, target in trace.written if tuple(k) == key)
+    return StoredContact(
+        0,
+        state.name,
+        state.street_address,
+        frozenset((int(c), v) for c, v in state.details),
+        dict(state.custom_fields),
+        key in trace.created,
+        marks,
     )

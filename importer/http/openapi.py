@@ -202,6 +202,11 @@ class ImportOptionsBody(BaseModel):
         description="fail (too_many_invalid_rows) before writing any contact when more rows "
         'than this count, or percentage such as "2%", are invalid',
     )
+    duplicates_report: bool = Field(
+        default=True,
+        description="keep the duplicate-resolution report (GET /v1/imports/{job_id}/duplicates);"
+        " false: nothing is computed",
+    )
 
 
 class MultipartImportForm(ImportOptionsBody):

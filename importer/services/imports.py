@@ -18,6 +18,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from importer.core.duplicates import Competition
 from importer.core.errors import (
     ChecksumMismatchError,
     IllegalTransitionError,
@@ -358,6 +359,13 @@ class ImportService:
         await self.view(principal, job_id)
         return self._jobs.row_issues(job_id)
 
+    async def duplicates(
+        self, principal: Principal, job_id: uuid.UUID
+    ) -> AsyncIterator[Competition]:
+        """The job's duplicate report; the job is checked before the first byte is sent."""
+        await self.view(principal, job_id)
+        return self._jobs.duplicates(job_id)
+
     async def history(self, principal: Principal, query: HistoryQuery) -> Page:
         """Newest first, one page after the cursor; plain users see their own jobs only."""
         require_any(principal, READ_PERMISSIONS)
@@ -473,6 +481,7 @@ class ImportService:
             kind=kind,
             preview=options.preview,
             max_invalid=options.max_invalid,
+            duplicates_report=options.duplicates_report,
         )
 
 

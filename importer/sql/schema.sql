@@ -186,6 +186,9 @@ CREATE INDEX IF NOT EXISTS import_job_preview_expiry_idx ON import_job (preview_
 -- its validation's counts (finalize_job): no ledger row holds them.
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS max_invalid text;
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS validation jsonb;
+-- The duplicate-resolution report (core.duplicates) is computed and written unless a job says
+-- `duplicates_report: false` at its creation.
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS duplicates_report boolean NOT NULL DEFAULT true;
 
 -- History, newest first: the keyset (created_at, id) read backwards from the cursor, per client
 -- and per client and user. (The first index, (client_id, created_at DESC, id), could not serve
@@ -272,6 +275,27 @@ CREATE TABLE IF NOT EXISTS import_row_error (
 );
 
 CREATE INDEX IF NOT EXISTS import_row_error_job_line_idx ON import_row_error (job_id, line);
+
+-- The duplicate-resolution report: one row per (key, field) where a batch's rows competed with
+-- each other or with the stored contact (core.duplicates), COPYed in the batch's transaction (a
+-- retried batch leaves nothing twice). The report combines a (key, field)'s rows in batch order
+-- (chunk_no, then batch_line: the first line of the batch or of its piece). winner_line NULL:
+-- the stored contact's value won; loser_stored: the stored value lost.
+CREATE TABLE IF NOT EXISTS import_duplicate (
+    job_id        uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
+    chunk_no      integer NOT NULL,
+    batch_line    integer NOT NULL,
+    key           text NOT NULL,
+    field         text NOT NULL,
+    winner_value  text,
+    winner_line   integer,
+    losing_lines  integer[] NOT NULL,
+    loser_stored  boolean NOT NULL,
+    rule          text NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS import_duplicate_job_key_idx
+    ON import_duplicate (job_id, key, field, chunk_no, batch_line);
 
 -- Seed 000: one finalization row per import; the primary key makes finalization atomic.
 CREATE TABLE IF NOT EXISTS import_batch_finalized (

@@ -120,6 +120,7 @@ EXPECTED_ROUTES = {
     ("post", "/v1/imports/{job_id}/cancel"),
     ("get", "/v1/imports/{job_id}/events"),
     ("get", "/v1/imports/{job_id}/errors"),
+    ("get", "/v1/imports/{job_id}/duplicates"),
     ("post", "/v1/uploads"),
     ("put", "/v1/uploads/{job_id}"),
     ("post", "/v1/hsm/intents/import"),

@@ -17,9 +17,10 @@ from typing import Any, cast
 import asyncpg
 
 from importer.adapters.postgres import copybin
+from importer.adapters.postgres.duplicates import write_duplicates
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.adapters.postgres.records import storable_text
-from importer.core import failpoints, lifecycle, merge, policy
+from importer.core import duplicates, failpoints, lifecycle, merge, policy
 from importer.core.errors import (
     BatchAlreadyAppliedError,
     LaneNotReadyError,
@@ -31,7 +32,6 @@ from importer.core.models import (
     Channel,
     Checkpoint,
     ConflictStrategy,
-    ContactRow,
     Counters,
     Job,
     Reason,
@@ -133,7 +133,7 @@ class PostgresBatches:
                         return None
                     if failpoints.armed is not None:
                         await failpoints.armed.reach(failpoints.chunk_point(batch.chunk_no))
-                    new_keys = await self._write_rows(conn, job, batch.rows) if batch.rows else 0
+                    new_keys = await self._write_rows(conn, job, batch) if batch.rows else 0
                     await self._write_issues(conn, job.id, batch.issues)
                     if failpoints.armed is not None:
                         await failpoints.armed.reach(failpoints.AFTER_COPY_BEFORE_COMMIT)
@@ -264,16 +264,21 @@ class PostgresBatches:
         if not recorded:
             raise BatchAlreadyAppliedError()
 
-    async def _write_rows(self, conn: Conn, job: Job, rows: Sequence[ContactRow]) -> int:
-        """Decide the batch's writes from the stored state, then make only those."""
+    async def _write_rows(self, conn: Conn, job: Job, batch: Batch) -> int:
+        """Decide the batch's writes from the stored state, then make only those; and the
+        duplicate report's rows of the batch, decided from the same state."""
         rules = self._policy(job)
-        folded = merge.fold_rows(rows, job.strategy, rules)
+        folded = merge.fold_rows(batch.rows, job.strategy, rules)
         if rules.is_default:
             stored = await self._stored_contacts(conn, job, sorted(folded))
         else:
             stored = await self._stored_with_provenance(conn, job, sorted(folded))
         plan = merge.plan_batch(folded, job.strategy, stored, rules)
         await self._write_plan(conn, job, plan)
+        if job.duplicates_report:
+            found = duplicates.batch_competitions(batch.rows, folded, stored, job.strategy, rules)
+            if found:
+                await write_duplicates(conn, job.id, batch, found)
         return plan.new_keys
 
     def _policy(self, job: Job) -> policy.MergePolicy:

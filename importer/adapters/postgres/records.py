@@ -88,6 +88,7 @@ def job_values(new_job: NewJob, status: JobStatus) -> tuple[object, ...]:
         new_job.local_path,
         new_job.preview,
         new_job.max_invalid,
+        new_job.duplicates_report,
     )
 
 
@@ -164,4 +165,5 @@ def job_from_row(row: asyncpg.Record) -> Job:
         max_invalid=row["max_invalid"],
         validation=json_of(row["validation"]),
         preview_applied=row["preview_applied_at"] is not None,
+        duplicates_report=row["duplicates_report"],
     )

@@ -41,3 +41,10 @@ LIMIT $4;
 SELECT line, column_name, reason, severity, value
 FROM import_row_error WHERE job_id = $1
 ORDER BY line, column_name NULLS FIRST, reason;
+
+-- name: duplicate_rows
+-- The duplicate-resolution report's rows, a (key, field)'s in batch order (core.duplicates
+-- combines them into one).
+SELECT key, field, winner_value, winner_line, losing_lines, loser_stored, rule
+FROM import_duplicate WHERE job_id = $1
+ORDER BY key, field, chunk_no, batch_line;

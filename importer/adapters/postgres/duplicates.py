@@ -1,0 +1,76 @@
+"""The duplicate-resolution report on PostgreSQL (``import_duplicate``): a batch's competitions
+COPYed in its own transaction, and the report read back, each (key, field) combined over its
+batches (``core.duplicates``)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
+
+import asyncpg
+
+from importer.adapters.postgres.pool import Conn, pooled, translated_errors
+from importer.core import duplicates
+from importer.core.duplicates import Competition
+from importer.core.models import Batch
+from importer.sql import queries
+
+DUPLICATE_COLUMNS = (
+    "job_id",
+    "chunk_no",
+    "batch_line",
+    "key",
+    "field",
+    "winner_value",
+    "winner_line",
+    "losing_lines",
+    "loser_stored",
+    "rule",
+)
+
+
+async def write_duplicates(
+    conn: Conn, job_id: uuid.UUID, batch: Batch, found: Sequence[Competition]
+) -> None:
+    """COPY a batch's competitions, ordered for the report by (chunk, the batch's first line:
+    a piece of a split batch has its own). asyncpg encodes the records: a batch has few, and
+    the compiled encoder has no arrays."""
+    chunk_no, batch_line = batch.chunk_no, batch.rows[0].line
+    records = [
+        (
+            job_id,
+            chunk_no,
+            batch_line,
+            c.key,
+            c.field,
+            c.winner_value,
+            c.winner_line,
+            list(c.losing_lines),
+            c.loser_stored,
+            c.rule,
+        )
+        for c in found
+    ]
+    await conn.copy_records_to_table("import_duplicate", records=records, columns=DUPLICATE_COLUMNS)
+
+
+async def duplicate_rows(pool: asyncpg.Pool, job_id: uuid.UUID) -> AsyncIterator[Competition]:
+    """The duplicate report's rows by key and field, each combined over its batches."""
+    with translated_errors():
+        async with pooled(pool) as conn, conn.transaction():
+            cursor = conn.cursor(queries()["duplicate_rows"], job_id, prefetch=2000)
+            async for competition in duplicates.combined_stream(_competitions(cursor)):
+                yield competition
+
+
+async def _competitions(cursor: AsyncIterable[asyncpg.Record]) -> AsyncIterator[Competition]:
+    async for r in cursor:
+        yield Competition(
+            r["key"],
+            r["field"],
+            r["winner_value"],
+            r["winner_line"],
+            tuple(r["losing_lines"]),
+            r["loser_stored"],
+            r["rule"],
+        )
