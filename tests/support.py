@@ -13,7 +13,7 @@ import asyncpg
 from importer.adapters.postgres.pool import connect_pool
 from importer.adapters.postgres.queue import PostgresJobQueue
 from importer.adapters.storage.files import LocalFileSource
-from importer.core.layout import Layout
+from importer.core.layout import Layout, parse_layout
 from importer.core.models import Channel, ConflictStrategy, InputFormat
 from importer.core.reference import ContactState
 from importer.services.local import ImportOutcome, ImportRequest, import_source
@@ -41,9 +41,15 @@ async def import_file(
     concurrency: int = 2,
     layout: Layout | None = None,
     input_format: InputFormat | None = None,
+    layout_document: dict[str, object] | None = None,
+    duplicates_report: bool = True,
 ) -> ImportOutcome:
-    """Run a whole import in this process against ``dsn`` and check the counter identity."""
+    """Run a whole import in this process against ``dsn`` and check the counter identity.
+    ``layout_document``: the job's stored layout (its merge policy), parsed when ``layout`` is
+    not given."""
     settings = Settings(database_url=dsn, chunk_size=chunk_size, concurrency=concurrency)
+    if layout is None and layout_document is not None:
+        layout = parse_layout(layout_document)
     request = ImportRequest(
         client_id=client_id,
         strategy=strategy,
@@ -51,6 +57,8 @@ async def import_file(
         chunk_size=chunk_size,
         concurrency=concurrency,
         layout=layout,
+        layout_document=layout_document,
+        duplicates_report=duplicates_report,
     )
     pool = await connect_pool(dsn, concurrency + 2)  # + the client's turn, + one
     try:
