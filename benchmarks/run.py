@@ -343,10 +343,12 @@ async def time_importer(
     chunk_size: int,
     variant: str = "compiled",
     previews: list[Timing] | None = None,
+    report_duplicates: bool = True,
 ) -> tuple[Timing, dict, dict[str, object]]:
     """The timed import on a fresh database holding the pre-existing keys; with ``previews``,
     first a timed preview (``--dry-run``) of the same file on the same state, appended to it
-    (its counters are checked against the import's)."""
+    (its counters are checked against the import's). ``report_duplicates`` False: the import
+    runs with ``--no-duplicates-report``."""
     dsn = await fresh_database(name)
     # untimed: the pre-existing keys
     run_importer(dsn, pre, "merge", concurrency, chunk_size, variant)
@@ -360,8 +362,9 @@ async def time_importer(
         label = f"importer import --dry-run ({strategy}, {variant}, {concurrency} consumers)"
         previews.append(Timing(label, seconds, rows, rss, db_cpu, client_cpu))
     wal_before = _psql_value(dsn, "SELECT pg_current_wal_lsn()")
+    extra = () if report_duplicates else ("--no-duplicates-report",)
     result, seconds, rss, client_cpu, db_cpu = run_importer(
-        dsn, main, strategy, concurrency, chunk_size, variant
+        dsn, main, strategy, concurrency, chunk_size, variant, extra
     )
     wal = int(float(_psql_value(dsn, f"SELECT pg_current_wal_lsn() - '{wal_before}'")))
     counters = [result[k] for k in COUNTED]
@@ -369,7 +372,12 @@ async def time_importer(
     if preview is not None:
         expected = {k: result[k] for k in ("rows_read", *COUNTED)}
         assert preview["preview"]["counters"] == expected, (preview["preview"], expected)
+    duplicates = int(_psql_value(dsn, "SELECT count(*) FROM import_duplicate"))
     name = f"importer import ({strategy}, {variant}, {concurrency} consumers)"
+    if not report_duplicates:
+        name = f"importer import ({strategy}, {variant}, {concurrency} cons., no dup. report)"
+    elif duplicates:
+        print(f"{name}: {duplicates:,} duplicate report rows")
     timing = Timing(name, seconds, rows, rss, db_cpu, client_cpu, wal_bytes=wal)
     return timing, result, table_sizes(dsn)
 
@@ -404,6 +412,12 @@ async def main() -> None:
         "--preview",
         action="store_true",
         help="time a preview (--dry-run) of the file before each import, on the same state",
+    )
+    parser.add_argument(
+        "--compare-duplicates",
+        action="store_true",
+        help="time each import also with --no-duplicates-report, back to back (issue 14: the "
+        "report costs at most 10%%)",
     )
     which = parser.add_mutually_exclusive_group()
     which.add_argument(
@@ -444,21 +458,24 @@ async def main() -> None:
     strategies = ["merge", "discard"] if args.discard else ["merge"]
     for strategy in strategies:
         for variant in variants:  # back to back: the variants see the machine at the same hour
-            timing, result, found = await time_importer(
-                f"importer_bench_{strategy}_{variant}",
-                pre_path,
-                main_path,
-                rows,
-                strategy,
-                args.concurrency,
-                args.chunk_size,
-                variant,
-                timings if args.preview else None,
-            )
-            if strategy == "merge":
-                assert all(result[k] == v for k, v in expected.items()), (result, expected)
-            sizes[f"{strategy}, {variant}"] = found
-            timings.append(timing)
+            for report_duplicates in (False, True) if args.compare_duplicates else (True,):
+                timing, result, found = await time_importer(
+                    f"importer_bench_{strategy}_{variant}",
+                    pre_path,
+                    main_path,
+                    rows,
+                    strategy,
+                    args.concurrency,
+                    args.chunk_size,
+                    variant,
+                    timings if args.preview else None,
+                    report_duplicates,
+                )
+                if strategy == "merge":
+                    assert all(result[k] == v for k, v in expected.items()), (result, expected)
+                if report_duplicates:
+                    sizes[f"{strategy}, {variant}"] = found
+                timings.append(timing)
     if pg is not None:
         timings.append(pg)
     timings.append(reader)

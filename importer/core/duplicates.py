@@ -20,7 +20,7 @@ of a (key, field)'s competitions in batch order.
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from importer.core import policy as rules
 from importer.core.merge import Folded, MergedContact, StoredContact
@@ -34,9 +34,9 @@ STREET_ADDRESS = rules.STREET_ADDRESS
 STORED = "stored"  # the report's word for the stored contact as a source
 
 
-@dataclass(frozen=True, slots=True)
-class Competition:
-    """One (key, field) where a non-empty value lost, in one batch (or combined: a report row)."""
+class Competition(NamedTuple):
+    """One (key, field) where a non-empty value lost, in one batch (or combined: a report row).
+    A tuple: a batch's go to COPY as ``(job, chunk, line, *competition)`` without a copy each."""
 
     key: str
     field: str
@@ -67,19 +67,76 @@ def batch_competitions(
             if row.cpf_cnpj in repeated:
                 by_key.setdefault(row.cpf_cnpj, []).append(row)
     found: list[Competition] = []
+    replace = not discard and policy.channels is ChannelRule.REPLACE
     for key in sorted(keys):
-        entry = folded[key]
-        if key in repeated:
-            key_rows = by_key[key]
-        else:
-            assert isinstance(entry, ContactRow)  # a key's single row stands for its fold
-            key_rows = [entry]
         contact = stored.get(key)
-        if discard:
-            found.extend(_discarded(key, key_rows, contact))
+        if key not in repeated:
+            entry = folded[key]
+            assert isinstance(entry, ContactRow)  # a key's single row stands for its fold
+            assert contact is not None  # else it would cost nothing, and not be here
+            _against_stored(found, key, entry, contact, None if discard else policy)
+            if replace and not contact.own:
+                found.extend(_replaced(key, (entry,), contact))
+        elif discard:
+            found.extend(_discarded(key, by_key[key], contact))
         else:
-            found.extend(_merged(key, key_rows, contact, policy))
+            found.extend(_merged(key, by_key[key], contact, policy))
     return found
+
+
+def _against_stored(
+    found: list[Competition],
+    key: str,
+    row: ContactRow,
+    contact: StoredContact,
+    policy: MergePolicy | None,
+) -> None:
+    """A key's single row against its stored contact (the common case, kept short): a field
+    competes where the row's value differs from the stored one. ``policy`` None: DISCARD."""
+    line = row.line
+    name, address = row.name, row.street_address
+    if name is not None and name != contact.name:
+        rule = None if policy is None else policy.name
+        _one(found, key, NAME, NAME, name, contact.name, line, contact, rule)
+    if address is not None and address != contact.street_address:
+        rule = None if policy is None else policy.street_address
+        stored = contact.street_address
+        _one(found, key, STREET_ADDRESS, STREET_ADDRESS, address, stored, line, contact, rule)
+    if not row.custom_fields:
+        return
+    stored_values = contact.custom_fields
+    for lower, (field_name, value) in {n.lower(): (n, v) for n, v in row.custom_fields}.items():
+        stored = stored_values.get(lower)
+        if value != stored:
+            rule = None if policy is None else policy.custom_rule(lower)
+            field, mark = f"custom:{field_name}", rules.custom_target(lower)
+            _one(found, key, field, mark, value, stored, line, contact, rule)
+
+
+def _one(
+    found: list[Competition],
+    key: str,
+    field: str,
+    mark: str,
+    value: str,
+    stored: str | None,
+    line: int,
+    contact: StoredContact,
+    rule: Rule | None,
+) -> None:
+    """One row's value against a different stored one, by ``rule`` (None: DISCARD); nothing
+    when it lands where nothing was stored (it competed with no value)."""
+    if rule is None:
+        found.append(Competition(key, field, stored, None, (line,), False, DISCARD_RULE))
+        return
+    if rule is Rule.LAST_NON_EMPTY:
+        lands = True
+    else:
+        lands, _ = rules.decide(rule, stored is None, contact.own, mark in contact.marks)
+    if not lands:
+        found.append(Competition(key, field, stored, None, (line,), False, rule))
+    elif stored is not None:
+        found.append(Competition(key, field, value, line, (), True, rule))
 
 
 def _merged_keys(folded: Mapping[str, Folded]) -> set[str]:
