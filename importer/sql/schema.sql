@@ -276,26 +276,21 @@ CREATE TABLE IF NOT EXISTS import_row_error (
 
 CREATE INDEX IF NOT EXISTS import_row_error_job_line_idx ON import_row_error (job_id, line);
 
--- The duplicate-resolution report: one row per (key, field) where a batch's rows competed with
--- each other or with the stored contact (core.duplicates), COPYed in the batch's transaction (a
--- retried batch leaves nothing twice). The report combines a (key, field)'s rows in batch order
--- (chunk_no, then batch_line: the first line of the batch or of its piece). winner_line NULL:
--- the stored contact's value won; loser_stored: the stored value lost.
+-- The duplicate-resolution report (core.duplicates): one row per batch (or piece of a split
+-- batch) that found competitions, inserted in the batch's own transaction (a retried batch
+-- leaves nothing twice). competitions: a JSON array of [key, field, winner_value, winner_line
+-- (null: the stored contact's value won), losing_lines, loser_stored, rule]. One row per batch,
+-- not per competition: a batch into stored contacts finds thousands, and a row each cost the
+-- import 4x more (a foreign-key check, a tuple, an index entry each; TOAST compresses the array).
+-- The report orders a (key, field)'s competitions by (chunk_no, batch_line: the first line of
+-- the batch or piece) and combines them.
 CREATE TABLE IF NOT EXISTS import_duplicate (
     job_id        uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
     chunk_no      integer NOT NULL,
     batch_line    integer NOT NULL,
-    key           text NOT NULL,
-    field         text NOT NULL,
-    winner_value  text,
-    winner_line   integer,
-    losing_lines  integer[] NOT NULL,
-    loser_stored  boolean NOT NULL,
-    rule          text NOT NULL
+    competitions  json NOT NULL
 );
 
--- By job only: its entries deduplicate to almost nothing (one uuid per page of row pointers), so
--- the batches pay little for it; the report sorts a job's rows when it is read (rarely).
 CREATE INDEX IF NOT EXISTS import_duplicate_job_idx ON import_duplicate (job_id);
 
 -- Seed 000: one finalization row per import; the primary key makes finalization atomic.

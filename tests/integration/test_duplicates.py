@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 from importer.adapters.postgres.admin import PostgresAdmin
@@ -124,16 +123,11 @@ async def test_off_computes_nothing_and_remove_data_clears_it(db_dsn: str, tmp_p
     assert await stored_rows(db_dsn, on.job_id) == 0
 
 
-async def test_the_report_column_types(db_dsn: str) -> None:
-    conn = await asyncpg.connect(db_dsn)
-    try:
-        types = dict(
-            await conn.fetch(
-                "SELECT column_name, data_type FROM information_schema.columns"
-                " WHERE table_name = 'import_duplicate'"
-            )
-        )
-    finally:
-        await conn.close()
-    assert types["losing_lines"] == "ARRAY"
-    assert types["winner_line"] == "integer"
+async def test_values_survive_the_json_round_trip(db_dsn: str, tmp_path: Path) -> None:
+    odd = 'Zé "aspas", \\ barra\nnova linha 🙂'
+    path = write_csv(tmp_path / "o.csv", HEADER, [["Ana", A, "", ""], [odd, A, "", ""]])
+    outcome = await import_file(db_dsn, path, 67)
+    assert await report(db_dsn, outcome.job_id) == [
+        Competition(A, "name", odd, 3, (2,), False, "last_non_empty")
+    ]
+    assert await stored_rows(db_dsn, outcome.job_id) == 1  # one row per batch

@@ -1,6 +1,6 @@
 """The duplicate-resolution report on PostgreSQL (``import_duplicate``): a batch's competitions
-COPYed in its own transaction, and the report read back, each (key, field) combined over its
-batches (``core.duplicates``)."""
+written in its own transaction as one JSON array, and the report read back, each (key, field)
+combined over its batches (``core.duplicates``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
 
 import asyncpg
+import orjson
 
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.core import duplicates
@@ -15,29 +16,16 @@ from importer.core.duplicates import Competition
 from importer.core.models import Batch
 from importer.sql import queries
 
-DUPLICATE_COLUMNS = (
-    "job_id",
-    "chunk_no",
-    "batch_line",
-    "key",
-    "field",
-    "winner_value",
-    "winner_line",
-    "losing_lines",
-    "loser_stored",
-    "rule",
-)
-
 
 async def write_duplicates(
     conn: Conn, job_id: uuid.UUID, batch: Batch, found: Sequence[Competition]
 ) -> None:
-    """COPY a batch's competitions, ordered for the report by (chunk, the batch's first line:
-    a piece of a split batch has its own). asyncpg encodes the records (in C; the compiled
-    encoder of the contact tables has no arrays)."""
-    head = (job_id, batch.chunk_no, batch.rows[0].line)
-    records = [head + competition for competition in found]  # a Competition is a tuple
-    await conn.copy_records_to_table("import_duplicate", records=records, columns=DUPLICATE_COLUMNS)
+    """One row for the batch's competitions, ordered for the report by (chunk, the batch's
+    first line: a piece of a split batch has its own)."""
+    document = orjson.dumps([tuple(competition) for competition in found]).decode()
+    await conn.execute(
+        queries()["insert_duplicates"], job_id, batch.chunk_no, batch.rows[0].line, document
+    )
 
 
 async def duplicate_rows(pool: asyncpg.Pool, job_id: uuid.UUID) -> AsyncIterator[Competition]:
@@ -56,7 +44,7 @@ async def _competitions(cursor: AsyncIterable[asyncpg.Record]) -> AsyncIterator[
             r["field"],
             r["winner_value"],
             r["winner_line"],
-            tuple(r["losing_lines"]),
+            tuple(orjson.loads(r["losing_lines"])),
             r["loser_stored"],
             r["rule"],
         )

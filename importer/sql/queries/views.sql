@@ -43,8 +43,11 @@ FROM import_row_error WHERE job_id = $1
 ORDER BY line, column_name NULLS FIRST, reason;
 
 -- name: duplicate_rows
--- The duplicate-resolution report's rows, a (key, field)'s in batch order (core.duplicates
--- combines them into one).
-SELECT key, field, winner_value, winner_line, losing_lines, loser_stored, rule
-FROM import_duplicate WHERE job_id = $1
-ORDER BY key, field, chunk_no, batch_line;
+-- The duplicate-resolution report's competitions, a (key, field)'s in batch order
+-- (core.duplicates combines them into one row); losing_lines as JSON text.
+SELECT e ->> 0 AS key, e ->> 1 AS field, e ->> 2 AS winner_value,
+       (e ->> 3)::integer AS winner_line, e ->> 4 AS losing_lines,
+       (e ->> 5)::boolean AS loser_stored, e ->> 6 AS rule
+FROM import_duplicate d CROSS JOIN LATERAL json_array_elements(d.competitions) AS e
+WHERE d.job_id = $1
+ORDER BY key, field, d.chunk_no, d.batch_line;
