@@ -341,7 +341,7 @@ class InMemoryStore:
                 stored[key] = _stored_with_trace(state, trace, (job.client_id, key))
         found = duplicates.batch_competitions(batch.rows, folded, stored, job.strategy, policy)
         order = (batch.chunk_no, batch.rows[0].line)
-        self.competitions.setdefault(job.id, []).extend((order, c) for c in found)
+        self.competitions.setdefault(job.id, []).extend((order, Competition(*c)) for c in found)
 
     async def discard_batch(
         self,

@@ -76,7 +76,9 @@ def check_report(pre, body, cuts, strategy, document) -> None:
     for batch_no, batch in enumerate(_cut(body_rows, cuts)):
         folded = merge.fold_rows(batch, strategy, policy)
         stored = {k: store._stored(k) for k in folded if k in store.contacts}
-        found = batch_competitions(batch, folded, stored, strategy, policy)
+        found = [
+            Competition(*c) for c in batch_competitions(batch, folded, stored, strategy, policy)
+        ]
         store.apply(batch, strategy, policy)
         state = store.state()
         lines = {row.line: row for row in batch}
@@ -143,7 +145,9 @@ def _competitions(
     policy: MergePolicy = DEFAULT_POLICY,
 ) -> list[Competition]:
     folded = merge.fold_rows(rows, strategy, policy)
-    return batch_competitions(rows, folded, stored or {}, strategy, policy)
+    return [
+        Competition(*c) for c in batch_competitions(rows, folded, stored or {}, strategy, policy)
+    ]
 
 
 def test_a_key_seen_once_and_new_costs_nothing() -> None:

@@ -12,17 +12,17 @@ import orjson
 
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.core import duplicates
-from importer.core.duplicates import Competition
+from importer.core.duplicates import Competition, CompetitionRow
 from importer.core.models import Batch
 from importer.sql import queries
 
 
 async def write_duplicates(
-    conn: Conn, job_id: uuid.UUID, batch: Batch, found: Sequence[Competition]
+    conn: Conn, job_id: uuid.UUID, batch: Batch, found: Sequence[CompetitionRow]
 ) -> None:
     """One row for the batch's competitions, ordered for the report by (chunk, the batch's
     first line: a piece of a split batch has its own)."""
-    document = orjson.dumps([tuple(competition) for competition in found]).decode()
+    document = orjson.dumps(found).decode()
     await conn.execute(
         queries()["insert_duplicates"], job_id, batch.chunk_no, batch.rows[0].line, document
     )
