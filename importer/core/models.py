@@ -376,6 +376,7 @@ class JobView:
     preview_applied: bool = False
     max_invalid: str | None = None
     validation: dict[str, object] | None = None
+    duplicates_report: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,6 +112,9 @@ class JobBody(BaseModel):
     max_invalid: str | None = Field(
         default=None, description="the error threshold asked for: a count, or a percentage"
     )
+    duplicates_report: bool = Field(
+        default=True, description="the duplicate-resolution report is kept (GET …/duplicates)"
+    )
     validation: dict[str, Any] | None = Field(
         default=None,
         description="what validating the whole file found (with max_invalid, or a preview): "

@@ -133,6 +133,7 @@ def view_from_row(row: asyncpg.Record) -> JobView:
         preview_applied=row["preview_applied_at"] is not None,
         max_invalid=row["max_invalid"],
         validation=json_of(row["validation"]),
+        duplicates_report=row["duplicates_report"],
     )
 
 
