@@ -194,13 +194,7 @@ def _sources(rows: Sequence[ContactRow]) -> Iterator[tuple[str, str, list[tuple[
     addresses = [(row.line, row.street_address) for row in rows if row.street_address is not None]
     if addresses:
         yield STREET_ADDRESS, STREET_ADDRESS, addresses
-    customs: dict[str, tuple[str, list[tuple[int, str]]]] = {}
-    for row in rows:
-        if not row.custom_fields:
-            continue
-        for lower, (name, value) in {n.lower(): (n, v) for n, v in row.custom_fields}.items():
-            customs.setdefault(lower, (name, []))[1].append((row.line, value))
-    for lower, (name, values) in customs.items():
+    for lower, (name, values) in _customs(rows).items():
         yield f"custom:{name}", lower, values
 
 
@@ -212,40 +206,68 @@ def _stored_value(contact: StoredContact, target: str) -> str | None:
     return contact.custom_fields.get(target)
 
 
-def _rule_of(policy: MergePolicy, target: str) -> Rule:
-    if target == NAME:
-        return policy.name
-    if target == STREET_ADDRESS:
-        return policy.street_address
-    return policy.custom_rule(target)
-
-
-def _mark_of(target: str) -> str:
-    return target if target in (NAME, STREET_ADDRESS) else rules.custom_target(target)
-
-
 def _merged(
     key: str, rows: Sequence[ContactRow], contact: StoredContact | None, policy: MergePolicy
-) -> Iterator[CompetitionRow]:
-    """MERGE: the file's value (first or last non-empty) against the stored one by the rule."""
-    for field, target, values in _sources(rows):
-        if contact is None and len(values) == 1:
-            continue
-        rule = _rule_of(policy, target)
-        line: int | None
-        value: str | None
-        line, value = values[0] if rule is Rule.FIRST_NON_EMPTY else values[-1]
-        if contact is not None:
-            stored = _stored_value(contact, target)
-            marked = _mark_of(target) in contact.marks
-            lands, _ = rules.decide(rule, stored is None, contact.own, marked)
-            if not lands:
-                line, value = None, stored
-        competition = _competition(key, field, value, line, values, contact, target, rule.value)
-        if competition is not None:
-            yield competition
+) -> list[CompetitionRow]:
+    """MERGE, a key's rows: each field's file value (first or last non-empty) against the stored
+    one by the rule (:func:`_field`)."""
+    found: list[CompetitionRow] = []
+    names = [(row.line, row.name) for row in rows if row.name is not None]
+    if names:
+        stored = None if contact is None else contact.name
+        _field(found, key, NAME, NAME, names, contact, stored, policy.name)
+    addresses = [(row.line, row.street_address) for row in rows if row.street_address is not None]
+    if addresses:
+        stored = None if contact is None else contact.street_address
+        rule = policy.street_address
+        _field(found, key, STREET_ADDRESS, STREET_ADDRESS, addresses, contact, stored, rule)
+    for lower, (name, values) in _customs(rows).items():
+        stored = None if contact is None else contact.custom_fields.get(lower)
+        rule = policy.custom_rule(lower)
+        _field(found, key, f"custom:{name}", lower, values, contact, stored, rule)
     if contact is not None and policy.channels is ChannelRule.REPLACE and not contact.own:
-        yield from _replaced(key, rows, contact)
+        found.extend(_replaced(key, rows, contact))
+    return found
+
+
+def _customs(rows: Sequence[ContactRow]) -> dict[str, tuple[str, list[tuple[int, str]]]]:
+    """The rows' custom values by lower-case field name: (a name as written, [(line, value)]).
+    A row's value of a custom field is its last column of that name."""
+    customs: dict[str, tuple[str, list[tuple[int, str]]]] = {}
+    for row in rows:
+        if row.custom_fields:
+            for lower, (name, value) in {n.lower(): (n, v) for n, v in row.custom_fields}.items():
+                customs.setdefault(lower, (name, []))[1].append((row.line, value))
+    return customs
+
+
+def _field(
+    found: list[CompetitionRow],
+    key: str,
+    field: str,
+    target: str,
+    values: list[tuple[int, str]],
+    contact: StoredContact | None,
+    stored: str | None,
+    rule: Rule,
+) -> None:
+    """One field of a key's rows (``values``: its non-empty (line, value) pairs in file order):
+    the value the plan leaves, and what lost to it. ``target``: ``name``, ``street_address`` or
+    a custom field's lower-case name."""
+    if contact is None and len(values) == 1:
+        return
+    line: int | None
+    value: str | None
+    line, value = values[0] if rule is Rule.FIRST_NON_EMPTY else values[-1]
+    if contact is not None and rule is not Rule.LAST_NON_EMPTY:
+        mark = target if target in (NAME, STREET_ADDRESS) else rules.custom_target(target)
+        lands, _ = rules.decide(rule, stored is None, contact.own, mark in contact.marks)
+        if not lands:
+            line, value = None, stored
+    losing = tuple([n for n, v in values if v != value])
+    loser_stored = stored is not None and stored != value
+    if losing or loser_stored:
+        found.append((key, field, value, line, losing, loser_stored, rule))
 
 
 def _competition(
