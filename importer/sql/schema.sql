@@ -278,17 +278,18 @@ CREATE INDEX IF NOT EXISTS import_row_error_job_line_idx ON import_row_error (jo
 
 -- The duplicate-resolution report (core.duplicates): one row per batch (or piece of a split
 -- batch) that found competitions, inserted in the batch's own transaction (a retried batch
--- leaves nothing twice). competitions: a JSON array of [key, field, winner_value, winner_line
--- (null: the stored contact's value won), losing_lines, loser_stored, rule]. One row per batch,
--- not per competition: a batch into stored contacts finds thousands, and a row each cost the
--- import 4x more (a foreign-key check, a tuple, an index entry each; TOAST compresses the array).
+-- leaves nothing twice). competitions: a JSON array (UTF-8, as orjson wrote it: stored as bytes,
+-- parsed only when the report is read) of [key, field, winner_value, winner_line (null: the
+-- stored contact's value won), losing_lines, loser_stored, rule]. One row per batch, not per
+-- competition: a batch into stored contacts finds thousands, and a row each cost the import 4x
+-- more (a foreign-key check, a tuple, an index entry each; TOAST compresses the array 6x).
 -- The report orders a (key, field)'s competitions by (chunk_no, batch_line: the first line of
 -- the batch or piece) and combines them.
 CREATE TABLE IF NOT EXISTS import_duplicate (
     job_id        uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
     chunk_no      integer NOT NULL,
     batch_line    integer NOT NULL,
-    competitions  json NOT NULL
+    competitions  bytea NOT NULL
 );
 
 CREATE INDEX IF NOT EXISTS import_duplicate_job_idx ON import_duplicate (job_id);

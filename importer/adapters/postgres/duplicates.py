@@ -1,6 +1,6 @@
 """The duplicate-resolution report on PostgreSQL (``import_duplicate``): a batch's competitions
-written in its own transaction as one JSON array, and the report read back, each (key, field)
-combined over its batches (``core.duplicates``)."""
+written in its own transaction as one JSON array (its bytes), and the report read back, each
+(key, field) combined over its batches (``core.duplicates``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ async def write_duplicates(
 ) -> None:
     """One row for the batch's competitions, ordered for the report by (chunk, the batch's
     first line: a piece of a split batch has its own)."""
-    document = orjson.dumps(found).decode()
+    document = orjson.dumps(found)  # bytes: the server stores them unparsed
     await conn.execute(
         queries()["insert_duplicates"], job_id, batch.chunk_no, batch.rows[0].line, document
     )
