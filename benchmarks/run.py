@@ -30,6 +30,7 @@ import csv
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -419,6 +420,12 @@ async def main() -> None:
         help="time each import also with --no-duplicates-report, back to back (issue 14: the "
         "report costs at most 10%%)",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="with --compare-duplicates: this many pairs, alternating which runs first",
+    )
     which = parser.add_mutually_exclusive_group()
     which.add_argument(
         "--pure", action="store_true", help="run the importer's pure hot path (IMPORTER_PURE=1)"
@@ -458,7 +465,7 @@ async def main() -> None:
     strategies = ["merge", "discard"] if args.discard else ["merge"]
     for strategy in strategies:
         for variant in variants:  # back to back: the variants see the machine at the same hour
-            for report_duplicates in (False, True) if args.compare_duplicates else (True,):
+            for report_duplicates in _duplicate_modes(args):
                 timing, result, found = await time_importer(
                     f"importer_bench_{strategy}_{variant}",
                     pre_path,
@@ -476,10 +483,34 @@ async def main() -> None:
                 if report_duplicates:
                     sizes[f"{strategy}, {variant}"] = found
                 timings.append(timing)
+    if args.compare_duplicates:
+        duplicates_cost(timings)
     if pg is not None:
         timings.append(pg)
     timings.append(reader)
     report(timings, args, rows, sizes, built)
+
+
+def _duplicate_modes(args: argparse.Namespace) -> list[bool]:
+    """With the report (True) or without: once; with --compare-duplicates, --repeat pairs, the
+    order alternating (off, on, on, off, ...) so neither always runs first."""
+    if not args.compare_duplicates:
+        return [True]
+    pairs = [[False, True] if i % 2 == 0 else [True, False] for i in range(args.repeat)]
+    return [mode for pair in pairs for mode in pair]
+
+
+def duplicates_cost(timings: list[Timing]) -> None:
+    """The report's cost: the medians of the imports with it against those without."""
+    on = [t for t in timings if t.name.startswith("importer import (") and "no dup." not in t.name]
+    off = [t for t in timings if "no dup. report" in t.name]
+    for label, value in (("wall s", "seconds"), ("py cpu s", "client_cpu_s")):
+        with_report = statistics.median(getattr(t, value) or 0.0 for t in on)
+        without = statistics.median(getattr(t, value) or 0.0 for t in off)
+        print(
+            f"duplicate report, median {label}: {with_report:.2f} with, {without:.2f} without "
+            f"({(with_report / without - 1) * 100:+.1f}%, {len(on)} runs each)"
+        )
 
 
 def _ratio(value: float | None, base: float | None, width: int = 8, digits: int = 2) -> str:
