@@ -282,7 +282,7 @@ CREATE INDEX IF NOT EXISTS import_row_error_job_line_idx ON import_row_error (jo
 -- parsed only when the report is read) of [key, field, winner_value, winner_line (null: the
 -- stored contact's value won), losing_lines, loser_stored, rule]. One row per batch, not per
 -- competition: a batch into stored contacts finds thousands, and a row each cost the import 4x
--- more (a foreign-key check, a tuple, an index entry each; TOAST compresses the array 6x).
+-- more (a foreign-key check, a tuple, an index entry each; TOAST compresses the array ~4x).
 -- The report orders a (key, field)'s competitions by (chunk_no, batch_line: the first line of
 -- the batch or piece) and combines them.
 CREATE TABLE IF NOT EXISTS import_duplicate (
