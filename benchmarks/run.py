@@ -30,6 +30,7 @@ import csv
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -355,10 +356,12 @@ async def time_importer(
     variant: str = "compiled",
     previews: list[Timing] | None = None,
     layout: Path | None = None,
+    report_duplicates: bool = True,
 ) -> tuple[Timing, dict, dict[str, object]]:
     """The timed import on a fresh database holding the pre-existing keys; with ``previews``,
     first a timed preview (``--dry-run``) of the same file on the same state, appended to it
-    (its counters are checked against the import's)."""
+    (its counters are checked against the import's). ``report_duplicates`` False: the import
+    runs with ``--no-duplicates-report``."""
     dsn = await fresh_database(name)
     # untimed: the pre-existing keys
     run_importer(dsn, pre, "merge", concurrency, chunk_size, variant)
@@ -373,8 +376,9 @@ async def time_importer(
         previews.append(Timing(label, seconds, rows, rss, db_cpu, client_cpu))
     wal_before = _psql_value(dsn, "SELECT pg_current_wal_lsn()")
     keyed = ("--layout", str(layout)) if layout is not None else ()
+    extra = keyed if report_duplicates else (*keyed, "--no-duplicates-report")
     result, seconds, rss, client_cpu, db_cpu = run_importer(
-        dsn, main, strategy, concurrency, chunk_size, variant, keyed
+        dsn, main, strategy, concurrency, chunk_size, variant, extra
     )
     wal = int(float(_psql_value(dsn, f"SELECT pg_current_wal_lsn() - '{wal_before}'")))
     counters = [result[k] for k in COUNTED]
@@ -382,7 +386,12 @@ async def time_importer(
     if preview is not None:
         expected = {k: result[k] for k in ("rows_read", *COUNTED)}
         assert preview["preview"]["counters"] == expected, (preview["preview"], expected)
+    duplicates = int(_psql_value(dsn, "SELECT count(*) FROM import_duplicate"))
     name = f"importer import ({strategy}, {variant}, {concurrency} consumers)"
+    if not report_duplicates:
+        name = f"importer import ({strategy}, {variant}, {concurrency} cons., no dup. report)"
+    elif duplicates:
+        print(f"{name}: {duplicates:,} duplicate report rows")
     timing = Timing(name, seconds, rows, rss, db_cpu, client_cpu, wal_bytes=wal)
     return timing, result, table_sizes(dsn)
 
@@ -477,6 +486,18 @@ async def main() -> None:
         help="also time the import keyed by e-mail (layout key: email, the CPF column ignored)"
         " on the same pre-existing contacts",
     )
+    parser.add_argument(
+        "--compare-duplicates",
+        action="store_true",
+        help="time each import also with --no-duplicates-report, back to back (issue 14: the "
+        "report costs at most 10%%)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="with --compare-duplicates: this many pairs, alternating which runs first",
+    )
     which = parser.add_mutually_exclusive_group()
     which.add_argument(
         "--pure", action="store_true", help="run the importer's pure hot path (IMPORTER_PURE=1)"
@@ -516,21 +537,26 @@ async def main() -> None:
     strategies = ["merge", "discard"] if args.discard else ["merge"]
     for strategy in strategies:
         for variant in variants:  # back to back: the variants see the machine at the same hour
-            timing, result, found = await time_importer(
-                f"importer_bench_{strategy}_{variant}",
-                pre_path,
-                main_path,
-                rows,
-                strategy,
-                args.concurrency,
-                args.chunk_size,
-                variant,
-                timings if args.preview else None,
-            )
-            if strategy == "merge":
-                assert all(result[k] == v for k, v in expected.items()), (result, expected)
-            sizes[f"{strategy}, {variant}"] = found
-            timings.append(timing)
+            for report_duplicates in _duplicate_modes(args):
+                timing, result, found = await time_importer(
+                    f"importer_bench_{strategy}_{variant}",
+                    pre_path,
+                    main_path,
+                    rows,
+                    strategy,
+                    args.concurrency,
+                    args.chunk_size,
+                    variant,
+                    timings if args.preview else None,
+                    report_duplicates,
+                )
+                if strategy == "merge":
+                    assert all(result[k] == v for k, v in expected.items()), (result, expected)
+                if report_duplicates:
+                    sizes[f"{strategy}, {variant}"] = found
+                timings.append(timing)
+    if args.compare_duplicates:
+        duplicates_cost(timings)
     if args.email_key:
         timings += await time_email_key(data, pre_path, main_path, rows, args, sizes)
     if pg is not None:
@@ -545,6 +571,28 @@ async def main() -> None:
             f"keyed by e-mail / by CPF: {by.seconds / to.seconds:.2f} x wall,"
             f" {_ratio(by.db_cpu_s, to.db_cpu_s).strip()} x db cpu,"
             f" {_ratio(by.client_cpu_s, to.client_cpu_s).strip()} x py cpu"
+        )
+
+
+def _duplicate_modes(args: argparse.Namespace) -> list[bool]:
+    """With the report (True) or without: once; with --compare-duplicates, --repeat pairs, the
+    order alternating (off, on, on, off, ...) so neither always runs first."""
+    if not args.compare_duplicates:
+        return [True]
+    pairs = [[False, True] if i % 2 == 0 else [True, False] for i in range(args.repeat)]
+    return [mode for pair in pairs for mode in pair]
+
+
+def duplicates_cost(timings: list[Timing]) -> None:
+    """The report's cost: the medians of the imports with it against those without."""
+    on = [t for t in timings if t.name.startswith("importer import (") and "no dup." not in t.name]
+    off = [t for t in timings if "no dup. report" in t.name]
+    for label, value in (("wall s", "seconds"), ("py cpu s", "client_cpu_s")):
+        with_report = statistics.median(getattr(t, value) or 0.0 for t in on)
+        without = statistics.median(getattr(t, value) or 0.0 for t in off)
+        print(
+            f"duplicate report, median {label}: {with_report:.2f} with, {without:.2f} without "
+            f"({(with_report / without - 1) * 100:+.1f}%, {len(on)} runs each)"
         )
 
 

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from importer.core import lifecycle
 from importer.core.accelerator import RateDecision
+from importer.core.duplicates import Competition
 from importer.core.models import (
     Batch,
     Checkpoint,
@@ -168,6 +169,10 @@ class Store(Protocol):
 
     def row_issues(self, job_id: uuid.UUID) -> AsyncIterator[RowIssue]:
         """The error report's rows by line: the job's file-level warnings first (line 0)."""
+        ...
+
+    def duplicates(self, job_id: uuid.UUID) -> AsyncIterator[Competition]:
+        """The duplicate report's rows by key and field (``core.duplicates.combined``)."""
         ...
 
     # --- outside the batches: a preview, a validation of the whole file first -----------------
@@ -579,6 +584,8 @@ class JobStore(Protocol):
         ...
 
     def row_issues(self, job_id: uuid.UUID) -> AsyncIterator[RowIssue]: ...
+
+    def duplicates(self, job_id: uuid.UUID) -> AsyncIterator[Competition]: ...
 
 
 class CatalogStore(Protocol):

@@ -15,7 +15,7 @@ import signal
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import structlog
 
@@ -30,7 +30,7 @@ from importer.adapters.storage.local import LocalObjectStore
 from importer.core.errors import AcceleratorError, ConfigurationError
 from importer.core.models import Job
 from importer.core.objects import StoredObject
-from importer.core.report import write_csv_report
+from importer.core.report import write_csv_duplicates, write_csv_report
 from importer.core.unreachable import HINTS, mask_url
 from importer.pipeline.fanout import ChunkHandler, FanoutSettings
 from importer.pipeline.observers import HintingObserver
@@ -190,16 +190,23 @@ async def interrupt_on_signals(interrupt: Interrupt) -> AsyncIterator[asyncio.Ev
             loop.remove_signal_handler(sig)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reports:
+    """Where a command-line run writes its reports once it ends (None: not written)."""
+
+    errors_out: Path | None = None
+    duplicates_out: Path | None = None
+    errors_format: str = "csv"  # or "source": the rejected rows as sent
+
+
 async def run_import(
     settings: Settings,
     path: Path | S3Location,
     request: ImportRequest,
     progress: Progress | None,
-    errors_out: Path | None,
+    reports: Reports,
     interrupt: Interrupt,
     announce: Callable[[uuid.UUID], None] | None = None,
-    *,
-    errors_format: str = "csv",
 ) -> ImportOutcome:
     """Import one local file (an absolute path) or S3 object in this process, its size and sha256
     sealed on the job; write the error report when asked."""
@@ -221,7 +228,7 @@ async def run_import(
                 local_path=local_path,
                 announce=announce,
             )
-        await _write_report(store, settings, outcome, errors_out, errors_format)
+        await _write_reports(store, settings, outcome, reports)
         return outcome
     finally:
         await pool.close()
@@ -231,11 +238,10 @@ async def run_resume(
     settings: Settings,
     job_id: uuid.UUID,
     progress: Progress | None,
-    errors_out: Path | None,
+    reports: Reports,
     interrupt: Interrupt,
     *,
     apply: bool = False,
-    errors_format: str = "csv",
 ) -> ImportOutcome:
     """``importer job resume``: run a cancelled, failed or abandoned job on in this process;
     with ``apply``, ``importer job apply``: import a preview resting in ``ready``."""
@@ -254,26 +260,34 @@ async def run_resume(
                 stop,
                 local_files=LocalObjectStore,
             )
-        await _write_report(store, settings, outcome, errors_out, errors_format)
+        await _write_reports(store, settings, outcome, reports)
         return outcome
     finally:
         await pool.close()
 
 
-async def _write_report(
-    store: Store, settings: Settings, outcome: ImportOutcome, out: Path | None, errors_format: str
+async def _write_reports(
+    store: Store, settings: Settings, outcome: ImportOutcome, reports: Reports
 ) -> None:
-    if out is None:
-        return
-    with out.open("w", encoding="utf-8", newline="") as handle:
-        if errors_format != "source":
-            await write_csv_report(store.row_issues(outcome.job_id), handle)
-            return
-        job = await store.get_job(outcome.job_id)
-        source = await available_source(job, resume_store(settings, job), LocalObjectStore)
-        config = job_config(settings, job)
-        async for text in source_report(job, source, config, store.row_issues(job.id)):
-            handle.write(text)
+    if reports.errors_out is not None:
+        with reports.errors_out.open("w", encoding="utf-8", newline="") as handle:
+            if reports.errors_format != "source":
+                await write_csv_report(store.row_issues(outcome.job_id), handle)
+            else:
+                await _write_source_report(store, settings, outcome.job_id, handle)
+    if reports.duplicates_out is not None:
+        with reports.duplicates_out.open("w", encoding="utf-8", newline="") as handle:
+            await write_csv_duplicates(store.duplicates(outcome.job_id), handle)
+
+
+async def _write_source_report(
+    store: Store, settings: Settings, job_id: uuid.UUID, handle: TextIO
+) -> None:
+    job = await store.get_job(job_id)
+    source = await available_source(job, resume_store(settings, job), LocalObjectStore)
+    config = job_config(settings, job)
+    async for text in source_report(job, source, config, store.row_issues(job.id)):
+        handle.write(text)
 
 
 def worker_owner(index: int) -> str:

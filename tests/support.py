@@ -44,12 +44,14 @@ async def import_file(
     layout_document: dict[str, object] | None = None,
     max_invalid: str | None = None,
     preview: bool = False,
+    duplicates_report: bool = True,
 ) -> ImportOutcome:
-    """Run a whole import in this process against ``dsn`` and check the counter identity (a
-    ``layout_document`` is the job's layout, parsed for ``layout`` too)."""
-    if layout_document is not None:
-        layout = parse_layout(layout_document)
+    """Run a whole import in this process against ``dsn`` and check the counter identity.
+    ``layout_document``: the job's stored layout (its merge policy, its key), parsed when
+    ``layout`` is not given."""
     settings = Settings(database_url=dsn, chunk_size=chunk_size, concurrency=concurrency)
+    if layout is None and layout_document is not None:
+        layout = parse_layout(layout_document)
     request = ImportRequest(
         client_id=client_id,
         strategy=strategy,
@@ -60,6 +62,7 @@ async def import_file(
         layout_document=layout_document,
         max_invalid=max_invalid,
         preview=preview,
+        duplicates_report=duplicates_report,
     )
     pool = await connect_pool(dsn, concurrency + 2)  # + the client's turn, + one
     try:

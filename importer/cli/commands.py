@@ -61,6 +61,7 @@ def _request(args: argparse.Namespace) -> ImportRequest:
         international=args.international,
         preview=args.dry_run,
         max_invalid=args.max_invalid,
+        duplicates_report=args.duplicates_report,
     )
 
 
@@ -89,16 +90,8 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
             else:
                 progress.console.print(line, markup=False, highlight=False)
 
-        return wiring.run_import(
-            settings,
-            path,
-            request,
-            progress,
-            args.errors_out,
-            interrupt,
-            announce,
-            errors_format=args.errors_format,
-        )
+        reports = wiring.Reports(args.errors_out, args.duplicates_out, args.errors_format)
+        return wiring.run_import(settings, path, request, progress, reports, interrupt, announce)
 
     return _report(_with_bar(args.json, run), interrupt, args.json)
 
@@ -111,15 +104,8 @@ def _resume(settings: Settings, args: argparse.Namespace) -> int:
     apply = args.job_command == "apply"
 
     def run(progress: TerminalProgress | None) -> Coroutine[None, None, ImportOutcome]:
-        return wiring.run_resume(
-            settings,
-            args.job_id,
-            progress,
-            args.errors_out,
-            interrupt,
-            apply=apply,
-            errors_format=args.errors_format,
-        )
+        reports = wiring.Reports(args.errors_out, args.duplicates_out, args.errors_format)
+        return wiring.run_resume(settings, args.job_id, progress, reports, interrupt, apply=apply)
 
     try:
         outcome = _with_bar(args.json, run)

@@ -168,6 +168,19 @@ def _add_import_parser(
     )
     _errors_format(imp)
     imp.add_argument(
+        "--duplicates-out",
+        type=Path,
+        metavar="FILE",
+        help="write the duplicate-resolution report here as CSV: key, field, winner_value, "
+        "winner_line (a line or stored), losing_lines, rule, formula-safe (default: none written)",
+    )
+    imp.add_argument(
+        "--no-duplicates-report",
+        dest="duplicates_report",
+        action="store_false",
+        help="compute and keep no duplicate-resolution report (default: kept)",
+    )
+    imp.add_argument(
         "--user-id",
         metavar="U",
         help="the user the job is recorded for, as in the history (default: none)",
@@ -328,6 +341,9 @@ def _add_admin_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
     resume.add_argument("job_id", type=_job_id, metavar="JOB", help="the import's id")
     resume.add_argument("--errors-out", type=Path, help="write the error report (CSV) here")
     _errors_format(resume)
+    resume.add_argument(
+        "--duplicates-out", type=Path, help="write the duplicate-resolution report (CSV) here"
+    )
     resume.add_argument("--json", action="store_true", help="one JSON object on stdout")
     apply = job_commands.add_parser(
         "apply",
@@ -337,6 +353,9 @@ def _add_admin_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
     apply.add_argument("job_id", type=_job_id, metavar="JOB", help="the import's id")
     apply.add_argument("--errors-out", type=Path, help="write the error report (CSV) here")
     _errors_format(apply)
+    apply.add_argument(
+        "--duplicates-out", type=Path, help="write the duplicate-resolution report (CSV) here"
+    )
     apply.add_argument("--json", action="store_true", help="one JSON object on stdout")
     undo = job_commands.add_parser(
         "undo",

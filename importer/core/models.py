@@ -248,6 +248,7 @@ class Job:
     max_invalid: str | None = None  # the error threshold ("100", "2%"): validate first
     validation: dict[str, object] | None = None  # what the validation of the whole file found
     preview_applied: bool = False  # the preview's apply came (its run imports the file)
+    duplicates_report: bool = True  # its batches write the duplicate report (core.duplicates)
 
     @property
     def previews(self) -> bool:
@@ -332,6 +333,7 @@ class NewJob:
     preview: bool = False  # run a preview first, rest in ``ready`` until an apply
     max_invalid: str | None = None  # the error threshold, canonical (core.threshold)
     notify_url: str | None = None  # the completion webhook (None: the client's default, if any)
+    duplicates_report: bool = True  # compute and keep the duplicate report (core.duplicates)
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,6 +384,7 @@ class JobView:
     preview_applied: bool = False
     max_invalid: str | None = None
     validation: dict[str, object] | None = None
+    duplicates_report: bool = True
 
 
 @dataclass(frozen=True, slots=True)

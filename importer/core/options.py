@@ -74,6 +74,7 @@ class ImportOptions:
     preview: bool = False  # plan and rest in ``ready`` until an apply
     max_invalid: str | None = None  # the error threshold, canonical (core.threshold)
     notify_url: str | None = None  # the completion webhook's target (core.webhooks)
+    duplicates_report: bool = True  # compute and keep the duplicate report (core.duplicates)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,7 @@ OPTION_FIELDS = (
     "preview",
     "max_invalid",
     "notify_url",
+    "duplicates_report",
 )
 REQUIRED_OPTIONS = (
     "conflict_strategy",
@@ -245,6 +247,7 @@ _PARSERS: dict[str, Callable[[object], object]] = {
     "preview": parse_bool,
     "max_invalid": lambda v: str(parse_max_invalid(v)),
     "notify_url": parse_notify_url,
+    "duplicates_report": parse_bool,
 }
 
 
@@ -302,6 +305,7 @@ def _options(values: Mapping[str, object]) -> ImportOptions:
         preview=values.get("preview") is True,
         max_invalid=str(values["max_invalid"]) if "max_invalid" in values else None,
         notify_url=str(values["notify_url"]) if "notify_url" in values else None,
+        duplicates_report=values.get("duplicates_report") is not False,
     )
 
 

@@ -19,8 +19,9 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from importer.core import keys, lifecycle, threshold
+from importer.core import duplicates, keys, lifecycle, merge, threshold
 from importer.core import policy as rules
+from importer.core.duplicates import Competition
 from importer.core.errors import (
     IllegalTransitionError,
     JobNotFoundError,
@@ -218,6 +219,8 @@ class InMemoryStore:
         self.finalized: dict[uuid.UUID, Finalized] = {}
         self.read_to_end: set[uuid.UUID] = set()  # jobs whose reader reached the file's end
         self.staged: dict[uuid.UUID, list[ContactRow]] = {}  # a preview's valid rows
+        # The duplicate report's competitions: ((chunk_no, batch's first line), competition).
+        self.competitions: dict[uuid.UUID, list[tuple[tuple[int, int], Competition]]] = {}
 
     async def create_job(self, new_job: NewJob, status: JobStatus) -> Job:
         job = Job(
@@ -233,6 +236,7 @@ class InMemoryStore:
             preview_requested=new_job.preview,
             max_invalid=new_job.max_invalid,
             layout=new_job.layout,
+            duplicates_report=new_job.duplicates_report,
         )
         self.jobs[job.id] = job
         self.ledger[job.id], self.issues[job.id] = {}, []
@@ -345,7 +349,11 @@ class InMemoryStore:
         if lane and not self._in_lane(job, batch):
             return None
         policy = rules.policy_of(job.layout)
+        if job.strategy is not ConflictStrategy.MERGE:
+            policy = DEFAULT_POLICY  # DISCARD ignores the policy
         channel = keys.key_channel_of(job.layout)
+        if job.duplicates_report and batch.rows:
+            self._compete(job, batch, policy, channel)
         refused: list[ContactRow] = []
         applied = self.model.apply(
             job.client_id, batch.rows, job.strategy, policy, job.id, channel, refused
@@ -366,6 +374,35 @@ class InMemoryStore:
         self._position(job.id, batch)
         self.issues[job.id].extend(batch.issues)
         return counters
+
+    def _compete(
+        self, job: Job, batch: Batch, policy: MergePolicy, channel: Channel | None
+    ) -> None:
+        """The batch's competitions, against the model's contacts as the batch finds them (a
+        channel key's rows as PostgresBatches folds them: the ambiguous ones out, the keys of
+        one contact unified)."""
+        rows: Sequence[ContactRow] = batch.rows
+        identity: dict[str, tuple[int, str]] = {}
+        if channel is not None:
+            holders = {
+                r.cpf_cnpj: self.model.holders(job.client_id, channel, r.cpf_cnpj) for r in rows
+            }
+            rows = [r for r in rows if len(holders[r.cpf_cnpj]) <= 1]
+            found_ids = {k: h[0] for k, h in holders.items() if len(h) == 1}
+            numbered = {key: n for n, key in enumerate(sorted(set(found_ids.values())))}
+            rows = keys.unify(rows, {k: numbered[v] for k, v in found_ids.items()})
+            identity = {r.cpf_cnpj: found_ids[r.cpf_cnpj] for r in rows if r.cpf_cnpj in found_ids}
+        folded = merge.fold_rows(rows, job.strategy, policy)
+        trace = self.model.traces.get(job.id, ImportTrace())
+        stored = {}
+        for key in folded:
+            at = identity.get(key, (job.client_id, key))
+            state = self.model.contacts.get(at) if channel is None or key in identity else None
+            if state is not None:
+                stored[key] = _stored_with_trace(state, trace, at)
+        found = duplicates.batch_competitions(rows, folded, stored, job.strategy, policy)
+        order = (batch.chunk_no, batch.rows[0].line)
+        self.competitions.setdefault(job.id, []).extend((order, Competition(*c)) for c in found)
 
     async def discard_batch(
         self,
@@ -425,6 +462,13 @@ class InMemoryStore:
             yield warning.as_issue()
         for issue in sorted(self.issues[job_id], key=lambda i: i.line):
             yield issue
+
+    async def duplicates(self, job_id: uuid.UUID) -> AsyncIterator[Competition]:
+        found = sorted(
+            self.competitions.get(job_id, ()), key=lambda oc: (oc[1].key, oc[1].field, oc[0])
+        )
+        for competition in duplicates.combined(c for _, c in found):
+            yield competition
 
     # --- outside the batches -------------------------------------------------------------------
 
@@ -533,4 +577,20 @@ def _stored(state: ContactState, fields: set[str]) -> StoredContact:
         state.street_address,
         frozenset((int(c), v) for c, v in state.details),
         {k: v for k, v in state.custom_fields.items() if k in fields},
+    )
+
+
+def _stored_with_trace(
+    state: ContactState, trace: ImportTrace, key: tuple[int, str]
+) -> StoredContact:
+    """A contact of the model with what the import did to it (a policy's provenance)."""
+    marks = frozenset(target for *k, target in trace.written if tuple(k) == key)
+    return StoredContact(
+        0,
+        state.name,
+        state.street_address,
+        frozenset((int(c), v) for c, v in state.details),
+        dict(state.custom_fields),
+        key in trace.created,
+        marks,
     )

@@ -1,5 +1,6 @@
-"""The per-row error report: formula-safe CSV cells (OWASP CSV injection); and the same report
-as the rows the user sent (``?format=source``), to fix and import again."""
+"""The per-row error report and the duplicate-resolution report: formula-safe CSV cells (OWASP
+CSV injection); and the error report as the rows the user sent (``?format=source``), to fix and
+import again."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from typing import TextIO
 
 import orjson
 
+from importer.core.duplicates import Competition, losing_cell, winner_cell
 from importer.core.models import RowIssue, Severity
 
 REPORT_COLUMNS = ("line", "column", "reason", "severity", "value")
+DUPLICATE_COLUMNS = ("key", "field", "winner_value", "winner_line", "losing_lines", "rule")
 
 _FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "\x00")
 
@@ -218,3 +221,27 @@ async def _rejected_lines(issues: AsyncIterator[RowIssue]) -> AsyncIterator[list
         group.append(issue)
     if group and any(i.severity is not Severity.WARNING for i in group):
         yield group
+
+
+def duplicate_row(competition: Competition) -> tuple[str, ...]:
+    """A duplicate report row's CSV cells: winner_line a number or ``stored``, the losing
+    lines space separated (``stored`` among them when the stored value lost)."""
+    return (
+        neutralize(competition.key),
+        neutralize(competition.field),
+        neutralize(competition.winner_value or ""),
+        winner_cell(competition),
+        losing_cell(competition),
+        competition.rule,
+    )
+
+
+async def write_csv_duplicates(rows: AsyncIterator[Competition], out: TextIO) -> int:
+    """Write the duplicate report with a header; return how many rows were written."""
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(DUPLICATE_COLUMNS)
+    count = 0
+    async for row in rows:
+        writer.writerow(duplicate_row(row))
+        count += 1
+    return count

@@ -112,6 +112,9 @@ class JobBody(BaseModel):
     max_invalid: str | None = Field(
         default=None, description="the error threshold asked for: a count, or a percentage"
     )
+    duplicates_report: bool = Field(
+        default=True, description="the duplicate-resolution report is kept (GET …/duplicates)"
+    )
     validation: dict[str, Any] | None = Field(
         default=None,
         description="what validating the whole file found (with max_invalid, or a preview): "
@@ -207,6 +210,11 @@ class ImportOptionsBody(BaseModel):
         description="the completion webhook: the job document is POSTed here when the import "
         "ends, signed with the client's webhook secret (X-Importer-Signature); https to a "
         "public address only (default: the client's notify_url, if set)",
+    )
+    duplicates_report: bool = Field(
+        default=True,
+        description="keep the duplicate-resolution report (GET /v1/imports/{job_id}/duplicates);"
+        " false: nothing is computed",
     )
 
 

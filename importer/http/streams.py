@@ -16,10 +16,11 @@ from collections.abc import AsyncIterator
 import orjson
 from starlette.requests import ClientDisconnect, Request
 
+from importer.core.duplicates import Competition, report_document
 from importer.core.errors import ObjectTooLargeError, RequestTooLargeError
 from importer.core.models import TERMINAL_STATUSES, RowIssue
 from importer.core.principals import Principal
-from importer.core.report import REPORT_COLUMNS, report_row
+from importer.core.report import DUPLICATE_COLUMNS, REPORT_COLUMNS, duplicate_row, report_row
 from importer.metrics import ApiMetrics
 from importer.ports import HintWatch, ProgressHints
 from importer.services.documents import job_document
@@ -225,3 +226,29 @@ async def text_chunks(lines: AsyncIterator[str]) -> AsyncIterator[bytes]:
             pending, size = [], 0
     if pending:
         yield "".join(pending).encode("utf-8")
+
+
+async def csv_duplicates(rows: AsyncIterator[Competition]) -> AsyncIterator[bytes]:
+    """The duplicate report as CSV, cells neutralized against formula injection."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(DUPLICATE_COLUMNS)
+    async for row in rows:
+        writer.writerow(duplicate_row(row))
+        if buffer.tell() >= REPORT_FLUSH_BYTES:
+            yield buffer.getvalue().encode("utf-8")
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue().encode("utf-8")
+
+
+async def jsonl_duplicates(rows: AsyncIterator[Competition]) -> AsyncIterator[bytes]:
+    """The duplicate report as JSON lines with the raw values."""
+    pending = bytearray()
+    async for row in rows:
+        pending += orjson.dumps(report_document(row))
+        pending += b"\n"
+        if len(pending) >= REPORT_FLUSH_BYTES:
+            yield bytes(pending)
+            pending.clear()
+    yield bytes(pending)

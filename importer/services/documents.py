@@ -86,6 +86,7 @@ def job_document(view: JobView, now: dt.datetime) -> dict[str, object]:
         "journey_id": view.journey_id,
         "tags": list(view.tags or ()),
         "max_invalid": view.max_invalid,
+        "duplicates_report": view.duplicates_report,
         "validation": view.validation,
         "preview": view.preview,
         "awaiting_apply": view.awaiting_apply,

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from importer.core import keys
+from importer.core.duplicates import Competition
 from importer.core.errors import (
     ChecksumMismatchError,
     IllegalTransitionError,
@@ -335,6 +336,13 @@ class ImportService:
         source = await available_source(job, self._objects, self._local_files)
         return job.input_format, source_report(job, source, config, self._jobs.row_issues(job_id))
 
+    async def duplicates(
+        self, principal: Principal, job_id: uuid.UUID
+    ) -> AsyncIterator[Competition]:
+        """The job's duplicate report; the job is checked before the first byte is sent."""
+        await self.view(principal, job_id)
+        return self._jobs.duplicates(job_id)
+
     async def history(self, principal: Principal, query: HistoryQuery) -> Page:
         """Newest first, one page after the cursor; plain users see their own jobs only."""
         require_any(principal, READ_PERMISSIONS)
@@ -455,6 +463,7 @@ class ImportService:
             preview=options.preview,
             max_invalid=options.max_invalid,
             notify_url=options.notify_url,
+            duplicates_report=options.duplicates_report,
         )
 
 

@@ -65,6 +65,7 @@ class ImportRequest:
     international: bool = False
     preview: bool = False  # a dry run: plan against the contacts, write none, rest in ready
     max_invalid: str | None = None  # the error threshold, canonical (core.threshold)
+    duplicates_report: bool = True  # keep the duplicate report (core.duplicates)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +197,7 @@ async def import_source(
         local_path=str(local_path) if local_path is not None else None,
         preview=request.preview,
         max_invalid=request.max_invalid,
+        duplicates_report=request.duplicates_report,
     )
     job = await store.create_job(new_job, JobStatus.QUEUED)
     if announce is not None:

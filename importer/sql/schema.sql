@@ -191,6 +191,9 @@ CREATE INDEX IF NOT EXISTS import_job_preview_expiry_idx ON import_job (preview_
 -- its validation's counts (finalize_job): no ledger row holds them.
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS max_invalid text;
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS validation jsonb;
+-- The duplicate-resolution report (core.duplicates) is computed and written unless a job says
+-- `duplicates_report: false` at its creation.
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS duplicates_report boolean NOT NULL DEFAULT true;
 
 -- History, newest first: the keyset (created_at, id) read backwards from the cursor, per client
 -- and per client and user. (The first index, (client_id, created_at DESC, id), could not serve
@@ -335,6 +338,24 @@ CREATE TABLE IF NOT EXISTS import_row_error (
 );
 
 CREATE INDEX IF NOT EXISTS import_row_error_job_line_idx ON import_row_error (job_id, line);
+
+-- The duplicate-resolution report (core.duplicates): one row per batch (or piece of a split
+-- batch) that found competitions, inserted in the batch's own transaction (a retried batch
+-- leaves nothing twice). competitions: a JSON array (UTF-8, as orjson wrote it: stored as bytes,
+-- parsed only when the report is read) of [key, field, winner_value, winner_line (null: the
+-- stored contact's value won), losing_lines, loser_stored, rule]. One row per batch, not per
+-- competition: a batch into stored contacts finds thousands, and a row each cost the import 4x
+-- more (a foreign-key check, a tuple, an index entry each; TOAST compresses the array ~4x).
+-- The report orders a (key, field)'s competitions by (chunk_no, batch_line: the first line of
+-- the batch or piece) and combines them.
+CREATE TABLE IF NOT EXISTS import_duplicate (
+    job_id        uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
+    chunk_no      integer NOT NULL,
+    batch_line    integer NOT NULL,
+    competitions  bytea NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS import_duplicate_job_idx ON import_duplicate (job_id);
 
 -- Seed 000: one finalization row per import; the primary key makes finalization atomic.
 CREATE TABLE IF NOT EXISTS import_batch_finalized (

@@ -343,3 +343,13 @@ def test_visibility() -> None:
     assert can_see(ana, mine)
     assert not can_see(bob, mine)
     assert can_see(admin, mine)
+
+
+def test_the_duplicate_report_is_on_unless_refused() -> None:
+    assert options()[0].duplicates_report is True
+    for refused in ("false", False, "0"):
+        parsed, problems = options(duplicates_report=refused)
+        assert problems == []
+        assert parsed is not None
+        assert parsed.duplicates_report is False
+    assert options(duplicates_report="maybe")[1][0][0] == "duplicates_report"

@@ -17,9 +17,10 @@ from typing import Any, cast
 import asyncpg
 
 from importer.adapters.postgres import contacts, copybin, journal
+from importer.adapters.postgres.duplicates import write_duplicates
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.adapters.postgres.records import storable_text
-from importer.core import failpoints, keys, lifecycle, merge, policy
+from importer.core import duplicates, failpoints, keys, lifecycle, merge, policy
 from importer.core.errors import (
     BatchAlreadyAppliedError,
     LaneNotReadyError,
@@ -269,15 +270,16 @@ class PostgresBatches:
             raise BatchAlreadyAppliedError()
 
     async def _write_rows(self, conn: Conn, job: Job, batch: Batch) -> tuple[int, list[RowIssue]]:
-        """Decide the batch's writes from the stored state, then make only those. Returns the
-        new keys and the rows refused as ``ambiguous_key`` (a channel key's: core.keys)."""
+        """Decide the batch's writes from the stored state, then make only those; and the
+        duplicate report's rows of the batch, decided from the same state. Returns the new keys
+        and the rows refused as ``ambiguous_key`` (a channel key's: core.keys)."""
         rules = self._policy(job)
         channel = keys.key_channel_of(job.layout)
         refused: list[RowIssue] = []
-        rows = batch.rows
+        rows: Sequence[ContactRow] = batch.rows
         if channel is not None:
             names = {i: lower for lower, i in self._client_field_ids(job.client_id).items()}
-            folded, stored, refused = await contacts.resolved_batch(
+            rows, folded, stored, refused = await contacts.resolved_batch(
                 conn, self._q, job, rows, (channel, rules, names)
             )
         else:
@@ -289,6 +291,10 @@ class PostgresBatches:
         plan = merge.plan_batch(folded, job.strategy, stored, rules)
         plan.cpf_keys = channel is None
         await self._write_plan(conn, job, plan, batch.key)
+        if job.duplicates_report:  # the rows the fold took (a channel key's, unified)
+            found = duplicates.batch_competitions(rows, folded, stored, job.strategy, rules)
+            if found:
+                await write_duplicates(conn, job.id, batch, found)
         return plan.new_keys, refused
 
     async def ambiguous_rows(self, job: Job, rows: Sequence[ContactRow]) -> list[RowIssue]:

@@ -35,10 +35,13 @@ async def resolved_batch(
     job: Job,
     rows: Sequence[ContactRow],
     resolution: Resolution,
-) -> tuple[dict[str, merge.Folded], dict[str, merge.StoredContact], list[RowIssue]]:
+) -> tuple[
+    list[ContactRow], dict[str, merge.Folded], dict[str, merge.StoredContact], list[RowIssue]
+]:
     """A channel key's batch: each key resolved among the client's live contacts, the rows of an
     ambiguous one refused (``ambiguous_key``), the keys of one stored contact folded together
-    (``keys.unify``); the folds and their stored contacts by (canonical) key, and the refused."""
+    (``keys.unify``); the rows folded (unified), the folds and their stored contacts by
+    (canonical) key, and the refused."""
     channel, rules, names = resolution
     found = await conn.fetch(
         q["resolve_channel_keys"], job.client_id, sorted({r.cpf_cnpj for r in rows}), int(channel)
@@ -49,7 +52,8 @@ async def resolved_batch(
         shared = {r["key"] for r in found if r["matches"] > 1}
         refused = [keys.ambiguous_issue(r, channel) for r in rows if r.cpf_cnpj in shared]
         rows = [r for r in rows if r.cpf_cnpj not in shared]
-    folded = merge.fold_rows(keys.unify(rows, contact_of), job.strategy, rules)
+    unified = keys.unify(rows, contact_of)
+    folded = merge.fold_rows(unified, job.strategy, rules)
     ids = sorted({contact_of[k] for k in folded if k in contact_of})
     if rules.is_default:
         records = await conn.fetch(q["find_contacts_by_id"], job.client_id, ids, list(names))
@@ -59,7 +63,7 @@ async def resolved_batch(
         records = await conn.fetch(query, job.client_id, ids, list(names), job.id)
         by_id = {r["id"]: stored_with_provenance(r, names) for r in records}
     stored = {k: by_id[contact_of[k]] for k in folded if contact_of.get(k) in by_id}
-    return folded, stored, refused
+    return unified, folded, stored, refused
 
 
 def stored_with_provenance(r: asyncpg.Record, names: dict[int, str]) -> merge.StoredContact:

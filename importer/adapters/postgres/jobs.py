@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import structlog
 
+from importer.adapters.postgres.duplicates import duplicate_rows
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.adapters.postgres.records import (
     counters_of,
@@ -22,6 +23,7 @@ from importer.adapters.postgres.records import (
     warnings_of,
 )
 from importer.core import failpoints, lifecycle
+from importer.core.duplicates import Competition
 from importer.core.errors import (
     IllegalTransitionError,
     JobNotFoundError,
@@ -231,3 +233,6 @@ class PostgresJobs:
 
     def row_issues(self, job_id: uuid.UUID) -> AsyncIterator[RowIssue]:
         return row_issues(self._pool, job_id)
+
+    def duplicates(self, job_id: uuid.UUID) -> AsyncIterator[Competition]:
+        return duplicate_rows(self._pool, job_id)

@@ -89,6 +89,7 @@ def job_values(new_job: NewJob, status: JobStatus) -> tuple[object, ...]:
         new_job.preview,
         new_job.max_invalid,
         new_job.notify_url,
+        new_job.duplicates_report,
     )
 
 
@@ -133,6 +134,7 @@ def view_from_row(row: asyncpg.Record) -> JobView:
         preview_applied=row["preview_applied_at"] is not None,
         max_invalid=row["max_invalid"],
         validation=json_of(row["validation"]),
+        duplicates_report=row["duplicates_report"],
     )
 
 
@@ -165,4 +167,5 @@ def job_from_row(row: asyncpg.Record) -> Job:
         max_invalid=row["max_invalid"],
         validation=json_of(row["validation"]),
         preview_applied=row["preview_applied_at"] is not None,
+        duplicates_report=row["duplicates_report"],
     )

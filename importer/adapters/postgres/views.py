@@ -14,10 +14,12 @@ from collections.abc import AsyncIterator, Sequence
 import asyncpg
 
 from importer.adapters.postgres import jobs
+from importer.adapters.postgres.duplicates import duplicate_rows
 from importer.adapters.postgres.jobs import finalize_on
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.adapters.postgres.records import job_from_row, view_from_row
 from importer.core import lifecycle
+from importer.core.duplicates import Competition
 from importer.core.errors import IllegalTransitionError, JobNotFoundError
 from importer.core.models import Job, JobStatus, JobView, RowIssue
 from importer.sql import queries
@@ -167,3 +169,7 @@ class PostgresJobViews:
     def row_issues(self, job_id: uuid.UUID) -> AsyncIterator[RowIssue]:
         """The job's error report (see :func:`importer.adapters.postgres.jobs.row_issues`)."""
         return jobs.row_issues(self._pool, job_id)
+
+    def duplicates(self, job_id: uuid.UUID) -> AsyncIterator[Competition]:
+        """The job's duplicate report (:func:`.duplicates.duplicate_rows`)."""
+        return duplicate_rows(self._pool, job_id)

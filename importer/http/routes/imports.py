@@ -33,7 +33,9 @@ from importer.http.forms import FORM_OVERHEAD_BYTES, FilePart, boundary_of, read
 from importer.http.streams import (
     Body,
     answer_when_too_large,
+    csv_duplicates,
     csv_report,
+    jsonl_duplicates,
     jsonl_report,
     progress_events,
     text_chunks,
@@ -301,6 +303,45 @@ async def _source_report(
         headers={
             "Content-Disposition": (
                 f'attachment; filename="import-{job_id}-rejected.{"jsonl" if jsonl else "csv"}"'
+            )
+        },
+    )
+
+
+@router.get(
+    "/v1/imports/{job_id}/duplicates",
+    tags=["imports"],
+    summary="The duplicate-resolution report (CSV, formula-safe; or JSONL)",
+    description=(
+        "One row per (key, field) where more than one source competed (rows of the file, or "
+        "the file and the stored contact): the winning value, where it came from (`winner_line`: "
+        "a line, or `stored`), the losing lines and the rule that decided. Empty when the "
+        "import was created with `duplicates_report: false`."
+    ),
+    responses={
+        200: {
+            "content": {
+                "text/csv": {"schema": {"type": "string"}},
+                "application/x-ndjson": {"schema": {"type": "string"}},
+            }
+        },
+        **doc.error_responses(404),
+    },
+)
+async def import_duplicates(
+    job_id: JobId,
+    principal: Caller,
+    service: Service,
+    report_format: Annotated[str, Query(alias="format", pattern="^(csv|jsonl)$")] = "csv",
+) -> StreamingResponse:
+    rows = await service.duplicates(principal, job_id)
+    csv_format = report_format == "csv"
+    return StreamingResponse(
+        csv_duplicates(rows) if csv_format else jsonl_duplicates(rows),
+        media_type="text/csv; charset=utf-8" if csv_format else "application/x-ndjson",
+        headers={
+            "Content-Disposition": (
+                f'attachment; filename="import-{job_id}-duplicates.{report_format}"'
             )
         },
     )

@@ -108,10 +108,10 @@ details AS (
 SELECT (SELECT count(*) FROM removed) AS contacts, (SELECT count(*) FROM details) AS details;
 
 -- name: clear_job_ledger
--- The run's ledger, lanes, merge marks, undo journal and per-row report go with the data: a requeue then reads
+-- The run's ledger, lanes, merge marks, undo journal, per-row and duplicate reports go with the data: a requeue then reads
 -- the whole file again (with the ledger kept it would find every chunk done and import nothing;
 -- with the marks, a merge policy would take the removed run's values for its own), and the
--- report's raw values are the file's data too.
+-- reports' raw values are the file's data too.
 WITH chunks AS (
     DELETE FROM import_chunk WHERE job_id = $1 RETURNING 1
 ),
@@ -135,6 +135,8 @@ journal_details AS (
 ),
 journal_created AS (
     DELETE FROM import_journal_created WHERE job_id = $1
+duplicates AS (
+    DELETE FROM import_duplicate WHERE job_id = $1
 )
 SELECT (SELECT count(*) FROM chunks) AS chunks, (SELECT count(*) FROM row_errors) AS row_errors;
 

@@ -120,3 +120,9 @@ prefix AS (
 SELECT chunk_no, end_offset, end_line FROM prefix WHERE gap = 0
 ORDER BY chunk_no DESC
 LIMIT 1;
+
+-- name: insert_duplicates
+-- A batch's competitions ($4: a JSON array's UTF-8 bytes, core.duplicates), in its own
+-- transaction.
+INSERT INTO import_duplicate (job_id, chunk_no, batch_line, competitions)
+VALUES ($1, $2, $3, $4);

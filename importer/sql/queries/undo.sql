@@ -197,12 +197,16 @@ finalized AS (
     FROM job j WHERE f.batch_id = j.id
 ),
 -- Its chunk ledger and lanes go: a requeue after the undo reads the whole file again (with
--- them it would find every chunk done). Its counters and error report stay, as history.
+-- them it would find every chunk done), and its duplicate report (the requeue's run writes
+-- it again). Its counters and error report stay, as history.
 chunks AS (
     DELETE FROM import_chunk c USING job j WHERE c.job_id = j.id
 ),
 lanes AS (
     DELETE FROM import_lane l USING job j WHERE l.job_id = j.id
+),
+duplicates AS (  -- the duplicate report goes too: a requeue writes it again
+    DELETE FROM import_duplicate d USING job j WHERE d.job_id = j.id
 ),
 notified AS (
     INSERT INTO outbox (message_id, topic, payload)

@@ -41,3 +41,14 @@ LIMIT $4;
 SELECT line, column_name, reason, severity, value
 FROM import_row_error WHERE job_id = $1
 ORDER BY line, column_name NULLS FIRST, reason;
+
+-- name: duplicate_rows
+-- The duplicate-resolution report's competitions, a (key, field)'s in batch order
+-- (core.duplicates combines them into one row); losing_lines as JSON text.
+SELECT e ->> 0 AS key, e ->> 1 AS field, e ->> 2 AS winner_value,
+       (e ->> 3)::integer AS winner_line, e ->> 4 AS losing_lines,
+       (e ->> 5)::boolean AS loser_stored, e ->> 6 AS rule
+FROM import_duplicate d
+CROSS JOIN LATERAL json_array_elements(convert_from(d.competitions, 'UTF8')::json) AS e
+WHERE d.job_id = $1
+ORDER BY key, field, d.chunk_no, d.batch_line;
