@@ -108,8 +108,8 @@ details AS (
 SELECT (SELECT count(*) FROM removed) AS contacts, (SELECT count(*) FROM details) AS details;
 
 -- name: clear_job_ledger
--- The run's ledger, lanes, merge marks, undo journal, per-row and duplicate reports go with the data: a requeue then reads
--- the whole file again (with the ledger kept it would find every chunk done and import nothing;
+-- The run's ledger, lanes, merge marks, undo journal, per-row and duplicate reports go with the
+-- data: a requeue then reads the whole file again (with the ledger kept it would find every chunk done and import nothing;
 -- with the marks, a merge policy would take the removed run's values for its own), and the
 -- reports' raw values are the file's data too.
 WITH chunks AS (
@@ -135,6 +135,7 @@ journal_details AS (
 ),
 journal_created AS (
     DELETE FROM import_journal_created WHERE job_id = $1
+),
 duplicates AS (
     DELETE FROM import_duplicate WHERE job_id = $1
 )
