@@ -105,6 +105,9 @@ class MetricsMiddleware:
             self.metrics.latency.labels(method, route).observe(time.perf_counter() - started)
 
 
+_RETAINED = ("jobs", "objects", "raw_values", "journal_rows")
+
+
 class PipelineMetrics:
     """The import pipeline's series: a :class:`~importer.ports.PipelineObserver`.
 
@@ -202,6 +205,14 @@ class PipelineMetrics:
             registry=self.registry,
         )
         self._webhook_attempts = {o: webhook_attempts.labels(o.value) for o in Outcome}
+        retention = Counter(
+            "importer_retention_purged",
+            "What the retention sweeps purged (IMPORTER_RETENTION_DAYS): imports, stored files,"
+            " raw report values, undo journal rows.",
+            ("what",),
+            registry=self.registry,
+        )
+        self._retention = {w: retention.labels(w) for w in _RETAINED}
 
     def webhook_attempt(self, outcome: Outcome, status_code: int | None) -> None:  # noqa: ARG002
         """The webhook delivery's observer: one call per attempt (the status is in its log)."""
@@ -244,6 +255,10 @@ class PipelineMetrics:
 
     def on_batch_split(self) -> None:
         self._chunks["split"].inc()
+
+    def on_retention(self, jobs: int, objects: int, raw_values: int, journal_rows: int) -> None:
+        for what, count in zip(_RETAINED, (jobs, objects, raw_values, journal_rows), strict=True):
+            self._retention[what].inc(count)
 
     def on_batch_discarded(self, counters: Counters, rejected: bool) -> None:
         if rejected:

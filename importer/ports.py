@@ -37,9 +37,11 @@ from importer.core.models import (
     LeaseState,
     NewJob,
     OutboxMessage,
+    Purged,
     Reason,
     RemovedData,
     Requeued,
+    RetentionDue,
     RowIssue,
     StoredLayout,
 )
@@ -257,6 +259,14 @@ class JobQueue(Store, Protocol):
         """Cancel the previews that waited past their time to live; how many."""
         ...
 
+    async def retention_due(self, cutoff: dt.datetime, limit: int) -> list[RetentionDue]:
+        """Ended imports that ended before ``cutoff`` and are not purged yet, oldest first."""
+        ...
+
+    async def purge_job(self, job_id: uuid.UUID, at: dt.datetime) -> Purged:
+        """Purge one import's personal data (its raw report values, its undo journal)."""
+        ...
+
     async def wait_for_jobs(self, timeout_s: float) -> None:
         """Return when a job was queued, or after ``timeout_s``."""
         ...
@@ -321,6 +331,11 @@ class PipelineObserver(Protocol):
         """A batch given up after its retries, or (``rejected``) a poison row alone."""
         ...
 
+    def on_retention(self, jobs: int, objects: int, raw_values: int, journal_rows: int) -> None:
+        """A retention sweep purged these (imports, stored files, raw report values, journal
+        rows)."""
+        ...
+
 
 class HintWatch(Protocol):
     """One reader's watch on a job's progress hints (an SSE stream's)."""
@@ -374,6 +389,9 @@ class NullObserver:
         pass
 
     def on_batch_discarded(self, counters: Counters, rejected: bool) -> None:
+        pass
+
+    def on_retention(self, jobs: int, objects: int, raw_values: int, journal_rows: int) -> None:
         pass
 
 

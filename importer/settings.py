@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from importer.core import failpoints
-from importer.core.config import DEFAULT_LOCK_TIMEOUT_MS, MAX_CHUNK_SIZE
+from importer.core.config import DEFAULT_LOCK_TIMEOUT_MS, DEFAULT_RETENTION_DAYS, MAX_CHUNK_SIZE
 from importer.core.errors import ConfigurationError
 from importer.core.models import Limits
 from importer.core.webhooks import RetryPolicy
@@ -115,6 +115,9 @@ class Settings:
     worker_poll_seconds: float = DEFAULT_WORKER_POLL_SECONDS
     # A preview waits this long for its apply, then expires `cancelled` (IMPORTER_PREVIEW_TTL_S).
     preview_ttl_seconds: float = DEFAULT_PREVIEW_TTL_SECONDS
+    # Retention (LGPD): an ended import's source, raw report values and undo journal are purged
+    # this many days after its end (IMPORTER_RETENTION_DAYS); its undo then answers 410.
+    retention_days: int = DEFAULT_RETENTION_DAYS
     # HTTP API (`importer serve`).
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     workers_per_process: int = 1
@@ -185,6 +188,7 @@ class Settings:
             preview_ttl_seconds=_seconds(
                 environ, "IMPORTER_PREVIEW_TTL_S", DEFAULT_PREVIEW_TTL_SECONDS
             ),
+            retention_days=_int(environ, "IMPORTER_RETENTION_DAYS", DEFAULT_RETENTION_DAYS),
             max_imports_per_client=_int(
                 environ, "IMPORTER_MAX_IMPORTS_PER_CLIENT", DEFAULT_MAX_IMPORTS_PER_CLIENT
             ),

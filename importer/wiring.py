@@ -525,7 +525,7 @@ async def job_reader(settings: Settings) -> AsyncIterator[PostgresJobViews]:
     """The jobs as the owner's ``importer status`` and ``importer history`` read them."""
     pool = await connect_pool(settings.database_url, 1)
     try:
-        yield PostgresJobViews(pool)
+        yield PostgresJobViews(pool, retention_days=settings.retention_days)
     finally:
         await pool.close()
 
@@ -535,7 +535,10 @@ async def admin_service(settings: Settings) -> AsyncIterator[AdminService]:
     """The owner's operations for the command line, on DATABASE_URL and RABBITMQ_URL."""
     pool = await connect_pool(settings.database_url, 3)  # + the client's turn of an undo
     try:
-        undo = (PostgresUndo(pool), PostgresJobQueue(pool, compiled=settings.compiled))
+        undo = (
+            PostgresUndo(pool, retention_days=settings.retention_days),
+            PostgresJobQueue(pool, compiled=settings.compiled),
+        )
         yield AdminService(PostgresAdmin(pool), dead_letter_queue(settings), undo)
     finally:
         await pool.close()

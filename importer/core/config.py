@@ -17,6 +17,10 @@ DEFAULT_LOCK_TIMEOUT_MS = 30_000
 MAX_CHUNK_SIZE = 1_000_000
 
 
+# LGPD: an ended import's personal data is kept this long (IMPORTER_RETENTION_DAYS).
+DEFAULT_RETENTION_DAYS = 30
+
+
 @dataclass(frozen=True, slots=True)
 class PipelineConfig:
     limits: Limits

@@ -121,6 +121,13 @@ class UndoConflictError(ConflictError):
         self.conflicts = conflicts  # (contact id, the imports whose journals name it), ≤ 100
 
 
+class RetentionExpiredError(ImporterError):
+    """The import's undo journal is past its retention (IMPORTER_RETENTION_DAYS): purged."""
+
+    http_status = 410
+    code = "retention_expired"
+
+
 class PreviewExpiredError(ConflictError):
     """The preview waited longer than its time to live: it is cancelled, not applied."""
 

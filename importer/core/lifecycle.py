@@ -14,6 +14,7 @@ from importer.core.errors import (
     ImporterError,
     JobNotReadyError,
     NotAPreviewError,
+    RetentionExpiredError,
 )
 from importer.core.models import (
     TERMINAL_STATUSES,
@@ -443,11 +444,18 @@ class UndoStart:
     action: UndoAction
 
 
-def undo_action(current: JobStatus, *, journaled: bool, data_removed: bool) -> UndoAction:
+def undo_action(
+    current: JobStatus, *, journaled: bool, data_removed: bool, expired: bool = False
+) -> UndoAction:
     """What an undo of a job in ``current`` does, or the refusal it raises: an ended import with
-    a journal whose data is still there (remove-data took it already otherwise)."""
+    a journal whose data is still there (remove-data took it already otherwise) and within its
+    retention (``expired``: ended longer ago than IMPORTER_RETENTION_DAYS, or purged)."""
     if current is JobStatus.UNDONE:
         return UndoAction.NOTHING
+    if expired and current is not JobStatus.UNDOING:  # an undo under way was within it
+        raise RetentionExpiredError(
+            "the import ended longer ago than its retention: its undo journal is purged"
+        )
     if current not in UNDO_SOURCES:
         raise IllegalTransitionError(
             f"the import is {current.value}: only an ended import can be undone (cancel it first)"

@@ -385,6 +385,10 @@ class JobView:
     max_invalid: str | None = None
     validation: dict[str, object] | None = None
     duplicates_report: bool = True
+    # Retention (issue 15): until when the import's source and undo journal are kept (its end +
+    # IMPORTER_RETENTION_DAYS; None while it has not ended), and when they were purged.
+    retained_until: dt.datetime | None = None
+    purged_at: dt.datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -531,3 +535,22 @@ def new_contact_row(
     set_details(row, details)
     set_custom(row, custom_fields)
     return row
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionDue:
+    """An ended import whose personal data is due for its purge (``Settings.retention_days``)."""
+
+    job_id: uuid.UUID
+    source: str  # the upload's object key (a command line's file or URL is not ours to delete)
+    local_path: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Purged:
+    """What one purge removed: the job (0 when another sweep came first), raw report values,
+    undo journal rows."""
+
+    jobs: int
+    raw_values: int
+    journal_rows: int

@@ -102,7 +102,11 @@ async def open_resources(
                 for index in range(settings.workers_per_process)
             ]
             service = ImportService(
-                PostgresJobViews(pool), catalog, objects, settings, resolver=SystemResolver()
+                PostgresJobViews(pool, retention_days=settings.retention_days),
+                catalog,
+                objects,
+                settings,
+                resolver=SystemResolver(),
             )
             relay = wiring.outbox_relay(settings, pool)
             app.state.resources = Resources(
@@ -119,7 +123,10 @@ async def open_resources(
             app.state.resources.admin = AdminService(
                 PostgresAdmin(pool),
                 wiring.dead_letter_queue(settings),
-                (PostgresUndo(pool), PostgresJobQueue(pool, compiled=settings.compiled)),
+                (
+                    PostgresUndo(pool, retention_days=settings.retention_days),
+                    PostgresJobQueue(pool, compiled=settings.compiled),
+                ),
             )
             app.state.resources.client_webhooks = PostgresClientWebhooks(pool)
             app.state.resources.resolver = SystemResolver()

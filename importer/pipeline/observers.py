@@ -73,6 +73,9 @@ class HintingObserver:
     def on_batch_split(self) -> None:
         self._inner.on_batch_split()
 
+    def on_retention(self, jobs: int, objects: int, raw_values: int, journal_rows: int) -> None:
+        self._inner.on_retention(jobs, objects, raw_values, journal_rows)
+
     def on_batch_discarded(self, counters: Counters, rejected: bool) -> None:
         self._inner.on_batch_discarded(counters, rejected)
         self._hint("batch", counters.rows_read)

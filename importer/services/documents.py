@@ -91,6 +91,10 @@ def job_document(view: JobView, now: dt.datetime) -> dict[str, object]:
         "preview": view.preview,
         "awaiting_apply": view.awaiting_apply,
         "preview_expires_at": _iso(view.preview_expires_at) if view.awaiting_apply else None,
+        # Retention (issue 15): until then its undo and its source-format report are available.
+        "undo_available_until": _iso(view.retained_until),
+        "source_available_until": _iso(view.retained_until),
+        "purged_at": _iso(view.purged_at),
         "counters_differ_from_preview": preview.counters_differ(
             view.preview,
             view.counters,

@@ -27,8 +27,11 @@ imported here: the worker talks to the ``JobQueue`` and ``ObjectStore`` ports.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime as dt
 import time
 import uuid
+from collections.abc import Callable
 
 import structlog
 
@@ -40,6 +43,7 @@ from importer.core.errors import (
     LeaseLostError,
     ObjectNotFoundError,
     StorageError,
+    StoreError,
     TransientStoreError,
 )
 from importer.core.models import Finalized, Job, JobStatus, Reason
@@ -59,7 +63,14 @@ from importer.settings import Settings
 
 log = structlog.get_logger(__name__)
 
+
+def _utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
 PREVIEW_EXPIRY_EVERY_S = 60.0  # the default interval of a worker's sweep of expired previews
+RETENTION_EVERY_S = 3600.0  # the default interval of a worker's retention sweep
+RETENTION_BATCH = 100  # imports purged per sweep at most (the next sweep goes on)
 
 
 class Worker:
@@ -85,6 +96,8 @@ class Worker:
         publisher: BatchPublisher | None = None,
         local_files: LocalFiles,
         preview_expiry_every_s: float = PREVIEW_EXPIRY_EVERY_S,
+        retention_every_s: float = RETENTION_EVERY_S,
+        clock: Callable[[], dt.datetime] = _utc_now,
     ) -> None:
         self.owner = owner
         self._local_files = local_files  # a command-line import requeued to the workers
@@ -100,6 +113,9 @@ class Worker:
         self._runs: dict[uuid.UUID, JobRun] = {}
         self._expiry_every_s = preview_expiry_every_s
         self._next_expiry = 0.0  # monotonic time of the next sweep of expired previews
+        self._retention_every_s = retention_every_s
+        self._next_retention = 0.0  # monotonic time of the next retention sweep
+        self._clock = clock  # the retention's "now" (tests inject one)
 
     async def run(self) -> None:
         """Claim and run jobs until ``stop`` is set; then let the running ones drain."""
@@ -122,6 +138,7 @@ class Worker:
     async def _claim(self) -> Job | None:
         try:
             await self._expire_previews()
+            await self.sweep_retention()
             job = await self._store.claim_job(
                 self.owner, self._settings.lease_seconds, self._settings.max_imports_per_client
             )
@@ -140,6 +157,39 @@ class Worker:
             return
         self._next_expiry = now + self._expiry_every_s
         await self._store.expire_previews()
+
+    async def sweep_retention(self, *, force: bool = False) -> None:
+        """At most once every ``retention_every_s`` (an hour): purge the personal data of the
+        imports that ended more than ``retention_days`` ago — an upload's stored file (a
+        command line's file or S3 URL is not the service's to delete), then in one transaction
+        the raw values of its reports and its undo journal. One log line per sweep."""
+        now = time.monotonic()
+        if now < self._next_retention and not force:
+            return
+        self._next_retention = now + self._retention_every_s
+        cutoff = self._clock() - dt.timedelta(days=self._settings.retention_days)
+        jobs = objects = raw_values = journal_rows = 0
+        try:
+            for due in await self._store.retention_due(cutoff, RETENTION_BATCH):
+                if due.local_path is None and not due.source.startswith("s3://"):
+                    with contextlib.suppress(ObjectNotFoundError):
+                        await self._objects.delete(due.source)
+                        objects += 1
+                purged = await self._store.purge_job(due.job_id, self._clock())
+                jobs += purged.jobs
+                raw_values += purged.raw_values
+                journal_rows += purged.journal_rows
+        except (StorageError, StoreError) as exc:  # away: the next sweep goes on
+            log.warning("retention_failed", owner=self.owner, error=str(exc)[:200])
+        self._observer.on_retention(jobs, objects, raw_values, journal_rows)
+        log.info(
+            "retention_swept",
+            owner=self.owner,
+            jobs=jobs,
+            objects=objects,
+            raw_values=raw_values,
+            journal_rows=journal_rows,
+        )
 
     async def _wait(self, jobs: set[asyncio.Task[None]]) -> None:
         """Until ``stop``, a job's end or, with a free slot, a queued job or the poll interval."""

@@ -279,6 +279,12 @@ ALTER TABLE import_job ADD COLUMN IF NOT EXISTS journaled boolean NOT NULL DEFAU
 ALTER TABLE import_job ALTER COLUMN journaled SET DEFAULT true;  -- every job from now on
 ALTER TABLE import_job ADD COLUMN IF NOT EXISTS undone_at timestamptz;
 
+-- Retention (issue 15): when an ended import's personal data was purged (its source object, the
+-- raw values of its reports, its undo journal); the sweep finds the due ones by their end.
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS purged_at timestamptz;
+CREATE INDEX IF NOT EXISTS import_job_retention_idx ON import_job (finished_at)
+    WHERE purged_at IS NULL AND finished_at IS NOT NULL;
+
 -- Undo (issue 15): each batch journals, in its own transaction, what it changes of the contacts
 -- that existed before the import (the contacts it creates carry its id: contact.import_job_id,
 -- and its replace's soft-deleted details are in import_merge_mark.replaced). A contact's row

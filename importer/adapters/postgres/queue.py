@@ -7,17 +7,18 @@ released, taken over for a resume; a worker waits for queued jobs on ``LISTEN im
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import uuid
 
 import asyncpg
 
-from importer.adapters.postgres import jobs
+from importer.adapters.postgres import jobs, retention
 from importer.adapters.postgres.jobs import admin_locked, refuse_requeue
 from importer.adapters.postgres.pool import Listener, pooled, translated_errors, wait_cleared
 from importer.adapters.postgres.records import job_from_row
 from importer.adapters.postgres.store import PostgresStore
 from importer.core import lifecycle
-from importer.core.models import Job, LeaseState
+from importer.core.models import Job, LeaseState, Purged, RetentionDue
 
 _CLAIM_LOCK = 0x1A4F0002  # advisory lock id serializing job claims (exact fair-share counts)
 JOBS_CHANNEL = "importer_jobs"  # start_job notifies it (payload: the job id); workers LISTEN
@@ -82,6 +83,12 @@ class PostgresJobQueue(PostgresStore):
 
     async def expire_previews(self) -> int:
         return await jobs.expire_previews(self._pool)
+
+    async def retention_due(self, cutoff: dt.datetime, limit: int) -> list[RetentionDue]:
+        return await retention.retention_due(self._pool, cutoff, limit)
+
+    async def purge_job(self, job_id: uuid.UUID, at: dt.datetime) -> Purged:
+        return await retention.purge_job(self._pool, job_id, at)
 
     async def wait_for_jobs(self, timeout_s: float) -> None:
         """Return when a job was queued since the last call (or meanwhile), or after the timeout.

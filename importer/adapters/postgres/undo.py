@@ -12,6 +12,7 @@ import asyncpg
 from importer.adapters.postgres.pool import pooled, translated_errors
 from importer.adapters.postgres.webhooks import enqueue_webhook
 from importer.core import failpoints, lifecycle
+from importer.core.config import DEFAULT_RETENTION_DAYS
 from importer.core.errors import JobNotFoundError, UndoConflictError
 from importer.core.models import JobStatus
 from importer.sql import queries
@@ -23,9 +24,10 @@ CONFLICTS_SHOWN = 100
 class PostgresUndo:
     """The :class:`importer.ports.UndoStore` on PostgreSQL."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, retention_days: int = DEFAULT_RETENTION_DAYS) -> None:
         self._pool = pool
         self._q = queries()
+        self._retention_days = retention_days
         # The journal's parts, in the order their slices run (query, takes the slice's size).
         self._steps = (
             (self._q["undo_created"], False),  # one batch's created contacts
@@ -38,7 +40,9 @@ class PostgresUndo:
     async def undo_client(self, client_id: int | None, job_id: uuid.UUID) -> int:
         """The job's client (its import turn is taken before the undo begins)."""
         with translated_errors():
-            row = await self._pool.fetchrow(self._q["lock_undo"], job_id, client_id)
+            row = await self._pool.fetchrow(
+                self._q["lock_undo"], job_id, client_id, self._retention_days
+            )
         if row is None:
             raise JobNotFoundError(f"import {job_id} does not exist")
         return int(row["client_id"])
@@ -48,12 +52,17 @@ class PostgresUndo:
         undo: one that stopped half-way passed the check and resumes); enter ``undoing``."""
         with translated_errors():
             async with pooled(self._pool) as conn, conn.transaction():
-                row = await conn.fetchrow(self._q["lock_undo"], job_id, client_id)
+                row = await conn.fetchrow(
+                    self._q["lock_undo"], job_id, client_id, self._retention_days
+                )
                 if row is None:
                     raise JobNotFoundError(f"import {job_id} does not exist")
                 status = JobStatus(row["status"])
                 action = lifecycle.undo_action(
-                    status, journaled=row["journaled"], data_removed=row["data_removed"]
+                    status,
+                    journaled=row["journaled"],
+                    data_removed=row["data_removed"],
+                    expired=bool(row["expired"]),
                 )
                 start = lifecycle.UndoStart(job_id, row["client_id"], row["run_generation"], action)
                 if action is lifecycle.UndoAction.NOTHING:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 
 import asyncpg
 
@@ -19,6 +20,7 @@ from importer.adapters.postgres.jobs import finalize_on
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.adapters.postgres.records import job_from_row, view_from_row
 from importer.core import lifecycle
+from importer.core.config import DEFAULT_RETENTION_DAYS
 from importer.core.duplicates import Competition
 from importer.core.errors import IllegalTransitionError, JobNotFoundError
 from importer.core.models import Job, JobStatus, JobView, RowIssue
@@ -35,9 +37,16 @@ class PostgresJobViews:
     ``client_id`` None is the owner's command line (`importer status`, `importer history`).
     """
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, retention_days: int = DEFAULT_RETENTION_DAYS) -> None:
         self._pool = pool
         self._q = queries()
+        self._retained = dt.timedelta(days=retention_days)
+
+    def _retention(self, view: JobView) -> JobView:
+        """The view with until when its import's data is kept (its end + the retention)."""
+        if view.finished_at is None:
+            return view
+        return replace(view, retained_until=view.finished_at + self._retained)
 
     async def view_job(self, client_id: int | None, job_id: uuid.UUID) -> JobView:
         query, args = (
@@ -47,7 +56,7 @@ class PostgresJobViews:
             row = await self._pool.fetchrow(self._q[query], *args)
         if row is None:
             raise JobNotFoundError(f"import {job_id} does not exist")
-        return view_from_row(row)
+        return self._retention(view_from_row(row))
 
     async def stored_job(self, client_id: int, job_id: uuid.UUID) -> Job:
         """The job as stored (its layout, format, file), scoped by client like :meth:`view_job`."""
@@ -79,7 +88,7 @@ class PostgresJobViews:
                 args += (user_id,)
         with translated_errors():
             rows = await self._pool.fetch(self._q[query], *args)
-        return [view_from_row(row) for row in rows]
+        return [self._retention(view_from_row(row)) for row in rows]
 
     async def mark_uploaded(
         self,

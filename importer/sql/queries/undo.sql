@@ -4,9 +4,11 @@
 -- queries, loaded once with every queries/*.sql.
 
 -- name: lock_undo
--- The job, locked for the undo's decision ($2: the client, NULL: the owner's command line).
+-- The job, locked for the undo's decision ($2: the client, NULL: the owner's command line; $3:
+-- the retention in days, past which its journal is purged).
 SELECT id, client_id, status, journaled, finished_at, data_removed_at IS NOT NULL AS data_removed,
-       run_generation
+       run_generation,
+       purged_at IS NOT NULL OR finished_at < now() - make_interval(days => $3) AS expired
 FROM import_job
 WHERE id = $1 AND ($2::integer IS NULL OR client_id = $2)
 FOR UPDATE;

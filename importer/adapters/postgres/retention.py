@@ -1,0 +1,29 @@
+"""Retention on PostgreSQL (issue 15 point 4): the imports due, and one import's purge in one
+transaction (``queries/retention.sql``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import asyncpg
+
+from importer.adapters.postgres.pool import translated_errors
+from importer.core import lifecycle
+from importer.core.models import TERMINAL_STATUSES, Purged, RetentionDue
+from importer.sql import queries
+
+
+async def retention_due(pool: asyncpg.Pool, cutoff: dt.datetime, limit: int) -> list[RetentionDue]:
+    with translated_errors():
+        rows = await pool.fetch(
+            queries()["retention_due"], cutoff, lifecycle.values(TERMINAL_STATUSES), limit
+        )
+    return [RetentionDue(r["id"], r["source"], r["local_path"]) for r in rows]
+
+
+async def purge_job(pool: asyncpg.Pool, job_id: uuid.UUID, at: dt.datetime) -> Purged:
+    with translated_errors():
+        row = await pool.fetchrow(queries()["purge_job"], job_id, at)
+    assert row is not None
+    return Purged(row["jobs"], row["raw_values"], row["journal_rows"])

@@ -1,0 +1,48 @@
+-- Retention (issue 15 point 4, LGPD): the personal data of imports that ended long enough ago.
+-- Named queries, loaded once with every queries/*.sql.
+
+-- name: retention_due
+-- Ended imports ($2: the ended statuses) whose end is before $1 and whose data is not purged
+-- yet, oldest first, at most $3: their source (an upload's object key) and local path.
+SELECT id, source, local_path FROM import_job
+WHERE finished_at < $1 AND purged_at IS NULL AND status = ANY($2::text[])
+ORDER BY finished_at
+LIMIT $3;
+
+-- name: purge_job
+-- One import's personal data, in one transaction: the raw values of its error report (the
+-- lines and reasons stay), its duplicate report, its undo journal and merge marks; then the
+-- job says when ($2). A repeat purges nothing more.
+WITH job AS (
+    UPDATE import_job SET purged_at = $2, updated_at = $2
+    WHERE id = $1 AND purged_at IS NULL
+    RETURNING id
+),
+raw_values AS (
+    UPDATE import_row_error e SET value = NULL
+    FROM job j WHERE e.job_id = j.id AND e.value IS NOT NULL
+    RETURNING 1
+),
+duplicates AS (
+    DELETE FROM import_duplicate d USING job j WHERE d.job_id = j.id RETURNING 1
+),
+journal_contacts AS (
+    DELETE FROM import_journal_contact x USING job j WHERE x.job_id = j.id RETURNING 1
+),
+journal_customs AS (
+    DELETE FROM import_journal_custom x USING job j WHERE x.job_id = j.id RETURNING 1
+),
+journal_details AS (
+    DELETE FROM import_journal_detail x USING job j WHERE x.job_id = j.id RETURNING 1
+),
+journal_created AS (
+    DELETE FROM import_journal_created x USING job j WHERE x.job_id = j.id RETURNING 1
+),
+marks AS (
+    DELETE FROM import_merge_mark x USING job j WHERE x.job_id = j.id RETURNING 1
+)
+SELECT (SELECT count(*) FROM job) AS jobs,
+       (SELECT count(*) FROM raw_values) + (SELECT count(*) FROM duplicates) AS raw_values,
+       (SELECT count(*) FROM journal_contacts) + (SELECT count(*) FROM journal_customs)
+       + (SELECT count(*) FROM journal_details) + (SELECT count(*) FROM journal_created)
+       + (SELECT count(*) FROM marks) AS journal_rows;
