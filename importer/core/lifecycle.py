@@ -452,13 +452,13 @@ def undo_action(
     retention (``expired``: ended longer ago than IMPORTER_RETENTION_DAYS, or purged)."""
     if current is JobStatus.UNDONE:
         return UndoAction.NOTHING
-    if expired and current is not JobStatus.UNDOING:  # an undo under way was within it
-        raise RetentionExpiredError(
-            "the import ended longer ago than its retention: its undo journal is purged"
-        )
     if current not in UNDO_SOURCES:
         raise IllegalTransitionError(
             f"the import is {current.value}: only an ended import can be undone (cancel it first)"
+        )
+    if expired and current is not JobStatus.UNDOING:  # an undo under way was within it
+        raise RetentionExpiredError(
+            "the import ended longer ago than its retention: its undo journal is purged"
         )
     if not journaled:
         raise IllegalTransitionError(

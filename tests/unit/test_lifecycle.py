@@ -166,3 +166,32 @@ def test_analyze_threshold_doubles_up_to_a_step() -> None:
         steps.append(lifecycle.next_analyze_threshold(steps[-1]))
     assert steps[1] == 2 * steps[0]
     assert steps[-1] == steps[-2] == 2_000_000
+
+
+@pytest.mark.parametrize("current", list(JobStatus))
+@pytest.mark.parametrize(("journaled", "removed", "expired"), [
+    (True, False, False), (False, False, False), (True, True, False), (True, False, True),
+])  # fmt: skip
+def test_undo_actions(current: JobStatus, journaled: bool, removed: bool, expired: bool) -> None:
+    """An ended import with its journal, its data and within its retention is undone (an undo
+    under way resumes whatever); an undone one changes nothing; the rest are refused."""
+    from importer.core.errors import RetentionExpiredError
+
+    def action() -> lifecycle.UndoAction:
+        return lifecycle.undo_action(
+            current, journaled=journaled, data_removed=removed, expired=expired
+        )
+
+    if current is JobStatus.UNDONE:
+        assert action() is lifecycle.UndoAction.NOTHING
+    elif current not in lifecycle.UNDO_SOURCES:
+        with pytest.raises(IllegalTransitionError):
+            action()
+    elif expired and current is not JobStatus.UNDOING:
+        with pytest.raises(RetentionExpiredError):
+            action()
+    elif not journaled or removed:
+        with pytest.raises(IllegalTransitionError):
+            action()
+    else:
+        assert action() is lifecycle.UndoAction.RUN
