@@ -118,6 +118,8 @@ class Settings:
     # Retention (LGPD): an ended import's source, raw report values and undo journal are purged
     # this many days after its end (IMPORTER_RETENTION_DAYS); its undo then answers 410.
     retention_days: int = DEFAULT_RETENTION_DAYS
+    # Each batch journals what it changes, for undo (IMPORTER_UNDO_JOURNAL=0: no journal, no undo).
+    undo_journal: bool = True
     # HTTP API (`importer serve`).
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     workers_per_process: int = 1
@@ -189,6 +191,7 @@ class Settings:
                 environ, "IMPORTER_PREVIEW_TTL_S", DEFAULT_PREVIEW_TTL_SECONDS
             ),
             retention_days=_int(environ, "IMPORTER_RETENTION_DAYS", DEFAULT_RETENTION_DAYS),
+            undo_journal=_flag(environ, "IMPORTER_UNDO_JOURNAL") is not False,
             max_imports_per_client=_int(
                 environ, "IMPORTER_MAX_IMPORTS_PER_CLIENT", DEFAULT_MAX_IMPORTS_PER_CLIENT
             ),

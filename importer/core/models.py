@@ -249,6 +249,7 @@ class Job:
     validation: dict[str, object] | None = None  # what the validation of the whole file found
     preview_applied: bool = False  # the preview's apply came (its run imports the file)
     duplicates_report: bool = True  # its batches write the duplicate report (core.duplicates)
+    journaled: bool = True  # its batches write the undo journal (IMPORTER_UNDO_JOURNAL)
 
     @property
     def previews(self) -> bool:
@@ -334,6 +335,7 @@ class NewJob:
     max_invalid: str | None = None  # the error threshold, canonical (core.threshold)
     notify_url: str | None = None  # the completion webhook (None: the client's default, if any)
     duplicates_report: bool = True  # compute and keep the duplicate report (core.duplicates)
+    journaled: bool = True  # write the undo journal (Settings.undo_journal)
 
 
 @dataclass(frozen=True, slots=True)

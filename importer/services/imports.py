@@ -464,6 +464,7 @@ class ImportService:
             max_invalid=options.max_invalid,
             notify_url=options.notify_url,
             duplicates_report=options.duplicates_report,
+            journaled=self._settings.undo_journal,
         )
 
 

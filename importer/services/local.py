@@ -198,6 +198,7 @@ async def import_source(
         preview=request.preview,
         max_invalid=request.max_invalid,
         duplicates_report=request.duplicates_report,
+        journaled=settings.undo_journal,
     )
     job = await store.create_job(new_job, JobStatus.QUEUED)
     if announce is not None:

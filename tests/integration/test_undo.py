@@ -148,3 +148,26 @@ def test_another_writers_change_is_a_conflict_and_other_tenants_see_no_job(
             await _undo(db_dsn, a.job_id, client + 1)
 
     asyncio.run(run())
+
+
+@pytest.mark.slow
+def test_a_hundred_thousand_row_import_undone_leaves_the_tables_as_before(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    """The slow tier's size (issue 15): a generated file of 100k rows — repeats, bad keys,
+    custom fields — over 10k preloaded contacts, imported in chunks of 5000 by 4 consumers,
+    then undone: the client's live tables byte for byte as before it."""
+    from benchmarks.generate import generate
+
+    async def run() -> None:
+        client = next(_clients)
+        main, pre = tmp_path / "main.csv", tmp_path / "pre.csv"
+        await asyncio.to_thread(generate, 100_000, 7, main, preexisting_out=pre, write_meta=False)
+        await import_file(db_dsn, pre, client, chunk_size=5000, concurrency=4)
+        before = await live_checksum(db_dsn, client)
+        outcome = await import_file(db_dsn, main, client, chunk_size=5000, concurrency=4)
+        assert outcome.counters.inserted > 0
+        await _undo(db_dsn, outcome.job_id, client)
+        assert await live_checksum(db_dsn, client) == before
+
+    asyncio.run(run())

@@ -346,7 +346,8 @@ class PostgresBatches:
         client = job.client_id
         ids = await self._contact_ids(conn, len(plan.new_contacts))
         field_ids = self._client_field_ids(client)
-        await journal.write_journal(conn, self._q, job, batch, plan, ids, field_ids)
+        if job.journaled:
+            await journal.write_journal(conn, self._q, job, batch, plan, ids, field_ids)
         # Let the event loop serve others (HTTP requests in `importer serve`) before the batch's
         # rows are encoded: several milliseconds of work.
         await asyncio.sleep(0)

@@ -90,6 +90,7 @@ def job_values(new_job: NewJob, status: JobStatus) -> tuple[object, ...]:
         new_job.max_invalid,
         new_job.notify_url,
         new_job.duplicates_report,
+        new_job.journaled,
     )
 
 
@@ -169,4 +170,5 @@ def job_from_row(row: asyncpg.Record) -> Job:
         validation=json_of(row["validation"]),
         preview_applied=row["preview_applied_at"] is not None,
         duplicates_report=row["duplicates_report"],
+        journaled=row["journaled"],
     )

@@ -6,19 +6,20 @@
 -- An in-process job ($24, the CLI's) is never claimed by a worker; it is created under the lease
 -- of its process ($25 owner, $26 seconds), renewed by that process's heartbeat. $27: the local
 -- file's absolute path. $28: a preview first; $29: the error threshold; $30: the completion
--- webhook's target (NULL: the client's default, if any); $31: the duplicate report.
+-- webhook's target (NULL: the client's default, if any); $31: the duplicate report; $32: the
+-- undo journal (IMPORTER_UNDO_JOURNAL).
 INSERT INTO import_job (
     id, client_id, user_id, status, source, input_format, layout, conflict_strategy,
     chunk_size, partitions, has_internationalization, bytes_total, journey_id,
     auto_start_journey_mailing, source_size, source_sha256, filename, has_sensitive_data,
     has_underage_data, data_processing_purpose, lgpd_processing_hypothesis, tags, kind,
     in_process, lease_owner, lease_expires_at, local_path, preview_requested, max_invalid,
-    notify_url, duplicates_report
+    notify_url, duplicates_report, journaled
 )
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
         $20, $21, $22, $23, $24, $25,
         CASE WHEN $25::text IS NOT NULL THEN now() + make_interval(secs => $26) END, $27,
-        $28, $29, $30, $31);
+        $28, $29, $30, $31, $32);
 
 -- name: transition_job
 -- The one guarded place where a job changes status; with an owner ($4), only while that worker
