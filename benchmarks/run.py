@@ -278,9 +278,10 @@ def run_importer(
     chunk_size: int,
     variant: str,
     extra: tuple[str, ...] = (),
+    env_extra: dict[str, str] | None = None,
 ) -> tuple[dict, float, float, float, float]:
     """Run the CLI; return its JSON, wall seconds, peak RSS (MiB), its CPU and the DB's CPU."""
-    env = {**os.environ, "DATABASE_URL": dsn, **VARIANTS[variant]}
+    env = {**os.environ, "DATABASE_URL": dsn, **VARIANTS[variant], **(env_extra or {})}
     if variant != "pure":
         env.pop("IMPORTER_PURE", None)
     cmd = [
@@ -396,6 +397,54 @@ async def time_importer(
     return timing, result, table_sizes(dsn)
 
 
+_LIVE_CHECKSUM = (
+    "SELECT md5(concat_ws(',',"
+    " (SELECT md5(string_agg(t::text, '|' ORDER BY t.id)) FROM contact t"
+    "  WHERE t.client_id = {c} AND t.deleted_at IS NULL),"
+    " (SELECT md5(string_agg(t::text, '|' ORDER BY t.id)) FROM contact_details t"
+    "  JOIN contact c ON c.id = t.contact_id"
+    "  WHERE c.client_id = {c} AND c.deleted_at IS NULL AND t.deleted_at IS NULL),"
+    " (SELECT md5(string_agg(t::text, '|' ORDER BY t.id)) FROM contact_custom_fields t"
+    "  JOIN contact c ON c.id = t.contact_id WHERE c.client_id = {c} AND c.deleted_at IS NULL),"
+    " (SELECT md5(string_agg(t::text, '|' ORDER BY t.id)) FROM custom_field t"
+    "  WHERE t.client_id = {c})))"
+)
+
+
+async def time_undo(pre: Path, main: Path, rows: int, args: argparse.Namespace) -> list[Timing]:
+    """The undo journal's cost (issue 15: at most 10%) — the import with
+    IMPORTER_UNDO_JOURNAL=0, then with it, each on a fresh database holding the pre-existing
+    keys — and the undo of the journaled import, checked to leave the live tables as before."""
+    common = ("merge", args.concurrency, args.chunk_size, "compiled")
+    timings = []
+    for journal in ("0", "1"):
+        dsn = await fresh_database(f"importer_bench_journal_{journal}")
+        run_importer(dsn, pre, *common)
+        subprocess.run(["psql", dsn, "-qc", "VACUUM ANALYZE"], check=True)
+        before = _psql_value(dsn, _LIVE_CHECKSUM.format(c=CLIENT))
+        result, seconds, rss, client_cpu, db_cpu = run_importer(
+            dsn, main, *common, env_extra={"IMPORTER_UNDO_JOURNAL": journal}
+        )
+        assert result["rows_read"] == rows, result
+        label = "with the undo journal" if journal == "1" else "without the undo journal"
+        timings.append(Timing(f"importer import, {label}", seconds, rows, rss, db_cpu, client_cpu))
+    cpu_before = postgres_cpu_seconds()
+    started = time.perf_counter()
+    undo = subprocess.run(
+        [importer_command(), "job", "undo", result["job_id"], "--json"],
+        env={**os.environ, "DATABASE_URL": dsn},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    seconds = time.perf_counter() - started
+    assert json.loads(undo.stdout)["status"] == "undone", undo.stdout
+    assert _psql_value(dsn, _LIVE_CHECKSUM.format(c=CLIENT)) == before, "undo != before"
+    db_cpu = postgres_cpu_seconds() - cpu_before
+    timings.append(Timing("importer job undo (the journaled import)", seconds, rows, None, db_cpu))
+    return timings
+
+
 def with_key_emails(path: Path) -> Path:
     """``path`` with each row's e-mail derived from its CPF/CNPJ (``k<key>@example.com.br``;
     empty where the key is invalid or missing), so an import keyed by e-mail does exactly the
@@ -487,6 +536,11 @@ async def main() -> None:
         " on the same pre-existing contacts",
     )
     parser.add_argument(
+        "--undo",
+        action="store_true",
+        help="also time the import without and with the undo journal, then its undo",
+    )
+    parser.add_argument(
         "--compare-duplicates",
         action="store_true",
         help="time each import also with --no-duplicates-report, back to back (issue 14: the "
@@ -548,7 +602,7 @@ async def main() -> None:
                     args.chunk_size,
                     variant,
                     timings if args.preview else None,
-                    report_duplicates,
+                    report_duplicates=report_duplicates,
                 )
                 if strategy == "merge":
                     assert all(result[k] == v for k, v in expected.items()), (result, expected)
@@ -559,10 +613,20 @@ async def main() -> None:
         duplicates_cost(timings)
     if args.email_key:
         timings += await time_email_key(data, pre_path, main_path, rows, args, sizes)
+    if args.undo:
+        timings += await time_undo(pre_path, main_path, rows, args)
     if pg is not None:
         timings.append(pg)
     timings.append(reader)
     report(timings, args, rows, sizes, built)
+    off = [t for t in timings if t.name.endswith("without the undo journal")]
+    on = [t for t in timings if t.name.endswith("with the undo journal")]
+    if off and on:
+        print(
+            f"undo journal: {on[0].seconds / off[0].seconds:.2f} x wall,"
+            f" {_ratio(on[0].db_cpu_s, off[0].db_cpu_s).strip()} x db cpu,"
+            f" {_ratio(on[0].client_cpu_s, off[0].client_cpu_s).strip()} x py cpu"
+        )
     keyed = [t for t in timings if t.name.endswith("from the keys, keyed by e-mail")]
     plain = [t for t in timings if t.name.endswith("from the keys, keyed by CPF")]
     if keyed and plain:
