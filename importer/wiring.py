@@ -63,7 +63,7 @@ from importer.services.relay import OutboxRelay
 from importer.services.reports import available_source, source_report
 from importer.services.runs import ObjectSource, job_config
 from importer.services.supervisor import Supervisor
-from importer.services.webhooks import AttemptObserver, WebhookDelivery
+from importer.services.webhooks import AttemptObserver, WebhookDelivery, check_notify_url
 from importer.services.worker import Worker
 from importer.settings import Settings
 
@@ -145,6 +145,19 @@ async def open_cli_source(settings: Settings, location: Path | S3Location) -> Op
     return source, stored, None
 
 
+async def check_cli_notify_url(settings: Settings, pool: Pool, request: ImportRequest) -> None:
+    """A command line's ``--notify-url``: the SSRF checks and the client's secret, as the API's
+    create (InvalidRequestError otherwise)."""
+    from importer.adapters.postgres.catalog import CatalogStore
+    from importer.adapters.webhooks import SystemResolver
+
+    assert request.notify_url is not None
+    catalog = CatalogStore(pool)
+    await check_notify_url(
+        request.notify_url, SystemResolver(), catalog, request.client_id, settings
+    )
+
+
 def resume_store(settings: Settings, job: Job) -> ObjectStore:
     """Where a resumed job's file is: the bucket of its s3:// URL (a command-line import of an
     object), else the service's own store (an upload)."""
@@ -215,6 +228,8 @@ async def run_import(
         settings.database_url, request.concurrency + 3, lock_timeout_ms=settings.lock_timeout_ms
     )
     try:
+        if request.notify_url is not None:  # checked like a create's, before the job exists
+            await check_cli_notify_url(settings, pool, request)
         store = PostgresJobQueue(pool, compiled=settings.compiled)
         async with interrupt_on_signals(interrupt) as stop:
             outcome = await import_source(

@@ -62,6 +62,7 @@ def _request(args: argparse.Namespace) -> ImportRequest:
         preview=args.dry_run,
         max_invalid=args.max_invalid,
         duplicates_report=args.duplicates_report,
+        notify_url=args.notify_url,
     )
 
 

@@ -13,6 +13,7 @@ from importer.core.errors import ConfigurationError
 from importer.core.models import ConflictStrategy, InputFormat, JobStatus
 from importer.core.principals import Permission
 from importer.core.threshold import parse_max_invalid
+from importer.core.webhooks import parse_notify_url
 from importer.http.auth import DEFAULT_TTL_S, MAX_CLIENT_ID
 from importer.services import admin
 from importer.services.local import S3_SCHEME, S3Location, parse_s3_url
@@ -77,6 +78,13 @@ that does not answer included).
 def _max_invalid(raw: str) -> str:
     try:
         return str(parse_max_invalid(raw))
+    except (ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _notify_url(raw: str) -> str:
+    try:
+        return parse_notify_url(raw)
     except (ValueError, TypeError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -203,6 +211,15 @@ def _add_import_parser(
         metavar="N|P%",
         help="fail (too_many_invalid_rows) before writing any contact when more rows than this "
         "count or percentage are invalid; the whole file is validated first (default: no limit)",
+    )
+    imp.add_argument(
+        "--notify-url",
+        type=_notify_url,
+        metavar="URL",
+        help="the completion webhook: the job document is POSTed here when the import ends, "
+        "signed with the client's webhook secret (`importer client webhook`); https to a public "
+        "address only unless IMPORTER_WEBHOOK_ALLOW_PRIVATE (default: the client's default "
+        "notify_url); delivered by a running `importer serve` or `importer worker`",
     )
     imp.add_argument(
         "--json",

@@ -66,6 +66,7 @@ class ImportRequest:
     preview: bool = False  # a dry run: plan against the contacts, write none, rest in ready
     max_invalid: str | None = None  # the error threshold, canonical (core.threshold)
     duplicates_report: bool = True  # keep the duplicate report (core.duplicates)
+    notify_url: str | None = None  # the completion webhook (None: the client's default, if any)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +200,7 @@ async def import_source(
         max_invalid=request.max_invalid,
         duplicates_report=request.duplicates_report,
         journaled=settings.undo_journal,
+        notify_url=request.notify_url,
     )
     job = await store.create_job(new_job, JobStatus.QUEUED)
     if announce is not None:

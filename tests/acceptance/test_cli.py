@@ -283,3 +283,35 @@ def test_errors_format_source_writes_the_rejected_rows_as_sent(db_dsn: str, tmp_
         ["importer_error", "nome", "cpf"],
         ["line 3: invalid_cpf (cpf)", "Bob", "111"],
     ]
+
+
+async def test_notify_url_is_checked_like_a_create_and_gets_a_delivery(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    """``importer import --notify-url`` (issue 15 point 3): refused (exit 2, one line) for a
+    private target without IMPORTER_WEBHOOK_ALLOW_PRIVATE and for a client without a webhook
+    secret; with both, the finalization writes the job's delivery to it."""
+    url = "http://127.0.0.1:9/hook"
+    args = ("--client-id", "73", "--notify-url", url)
+    refused = importer(db_dsn, "import", str(SAMPLE), *args)
+    assert refused.returncode == 2
+    assert "https" in refused.stderr
+    os.environ["IMPORTER_WEBHOOK_ALLOW_PRIVATE"] = "1"
+    try:
+        no_secret = importer(db_dsn, "import", str(SAMPLE), *args)
+        assert no_secret.returncode == 2
+        assert "no webhook secret" in no_secret.stderr
+        assert (
+            importer(db_dsn, "client", "webhook", "--client-id", "73", "--new-secret").returncode
+            == 0
+        )
+        code, doc = import_json(db_dsn, SAMPLE, *args)
+    finally:
+        del os.environ["IMPORTER_WEBHOOK_ALLOW_PRIVATE"]
+    assert code == 0
+    rows = await fetch(
+        db_dsn,
+        "SELECT delivery_id, url FROM webhook_delivery WHERE job_id::text = $1",
+        doc["job_id"],
+    )
+    assert [(r["delivery_id"], r["url"]) for r in rows] == [(f"notification:{doc['job_id']}", url)]
