@@ -173,6 +173,28 @@ def _after(
     return values
 
 
+def tallied(
+    strategy: ConflictStrategy,
+    rows: int,
+    new_keys: int,
+    fields: Mapping[str, FieldTally],
+    sample: Sequence[dict[str, object]],
+) -> PreviewBuilder:
+    """A builder holding a preview summed elsewhere, over all the keys at once (the database's
+    set-based tally), as :meth:`PreviewBuilder.add` sums it key by key: ``rows`` valid rows of
+    which ``new_keys`` keys are new (each of their other rows updates under MERGE, is ignored
+    under DISCARD), the field tallies, and the sample the builder planned."""
+    builder = PreviewBuilder(strategy, fields=dict(fields), sample=list(sample))
+    rest = rows - new_keys
+    counters = builder.counters
+    counters.rows_read, counters.inserted = rows, new_keys
+    if strategy is ConflictStrategy.MERGE:
+        counters.updated = rest
+    else:
+        counters.ignored = rest
+    return builder
+
+
 def counters_differ(
     document: Mapping[str, object] | None, counters: Counters, *, applied: bool, ended: bool
 ) -> bool | None:

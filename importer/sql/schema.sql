@@ -430,16 +430,24 @@ LEFT JOIN LATERAL (
     SELECT q.position FROM import_claim_queue q WHERE q.id = j.id AND j.status = 'queued'
 ) AS queue ON true;
 
--- A preview's valid rows, staged while the file is read and planned key by key once it is
--- (importer/core/preview.py): then deleted. Unlogged: a preview lost in a crash is run again.
--- `extra` is the row's channels and custom values as JSON ({"d": [[channel, value,
--- country_code, country], ...], "c": [[name, value], ...]}).
+-- A preview's valid rows, staged while the file is read and planned once it is
+-- (importer/adapters/postgres/previews.py, importer/core/preview.py): then deleted. Unlogged: a
+-- preview lost in a crash is run again. As JSON text (NULL: none): `details` the row's channels
+-- ([[channel, value, country_code, country], ...]), `custom_fields` its custom values as the row
+-- has them ([[name, value], ...]), `custom_values` the same by lower-case name as the fold keys
+-- them ({"plano": "Pro"}: a row's last column of a name wins; the set-based tally reads it).
 CREATE UNLOGGED TABLE IF NOT EXISTS import_preview_row (
     job_id          uuid NOT NULL,
     cpf_cnpj        text NOT NULL,
     line            integer NOT NULL,
     name            text,
     street_address  text,
-    extra           text NOT NULL
+    details         text,
+    custom_fields   text,
+    custom_values   text
 );
+ALTER TABLE import_preview_row ADD COLUMN IF NOT EXISTS details text;
+ALTER TABLE import_preview_row ADD COLUMN IF NOT EXISTS custom_fields text;
+ALTER TABLE import_preview_row ADD COLUMN IF NOT EXISTS custom_values text;
+ALTER TABLE import_preview_row DROP COLUMN IF EXISTS extra;  -- the one JSON column before
 CREATE INDEX IF NOT EXISTS import_preview_row_job_idx ON import_preview_row (job_id);
