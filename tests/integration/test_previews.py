@@ -1,6 +1,8 @@
-"""A preview on PostgreSQL: the file's valid rows staged, then planned key by key against the
-stored contacts. Its counters are the counters of the import of the same file run right after,
-and it writes nothing to the contact tables (the client's state is the same before and after)."""
+"""A preview on PostgreSQL: the file's valid rows staged, then planned against the stored
+contacts — key by key by the pure builder (``plan``), and set-based by the database
+(``tally``, the default policy's path), whose documents must be equal. Its counters are the
+counters of the import of the same file run right after, and it writes nothing to the contact
+tables (the client's state is the same before and after)."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from importer.read.blocks import BlockParser
 from importer.services.local import ImportRequest, import_source
 from importer.settings import Settings
 from tests.hostile import hostile_csv
-from tests.support import db_state
+from tests.support import cpf, db_state
 
 pytestmark = pytest.mark.integration
 
@@ -42,9 +44,14 @@ _clients = itertools.count(90_000)
 
 
 async def _preview(
-    previews: PostgresPreviews, data: bytes, client: int, strategy: ConflictStrategy
+    previews: PostgresPreviews,
+    data: bytes,
+    client: int,
+    strategy: ConflictStrategy,
+    partitions: int = 1,
 ) -> dict[str, object] | None:
-    """The preview document; None when the file is refused whole (the import fails too)."""
+    """The preview document, the builder's and the database's tally of it equal; None when the
+    file is refused whole (the import fails too)."""
     job = Job(uuid.uuid4(), client, JobStatus.NORMALIZING, strategy, "b.csv", InputFormat.CSV, 3, 2)
     try:
         batches = _batches(job, data)
@@ -58,8 +65,12 @@ async def _preview(
         fields |= {name for row in batch.rows for name, _ in row.custom_fields}
     builder = await previews.plan(job.id, client, strategy, sorted(fields))
     builder.add_invalid(invalid)
+    tallied = await previews.tally(job.id, client, strategy, sorted(fields), partitions=partitions)
+    tallied.add_invalid(invalid)
     await previews.clear_preview(job.id)
-    return builder.document(sorted(fields))
+    document = builder.document(sorted(fields))
+    assert tallied.document(sorted(fields)) == document
+    return document
 
 
 def _batches(job: Job, data: bytes) -> list[Batch]:
@@ -71,7 +82,14 @@ def _batches(job: Job, data: bytes) -> list[Batch]:
     return batches + parser.finish()
 
 
-async def _check(dsn: str, tmp: Path, pre: bytes, body: bytes, strategy: ConflictStrategy) -> None:
+async def _check(
+    dsn: str,
+    tmp: Path,
+    pre: bytes,
+    body: bytes,
+    strategy: ConflictStrategy,
+    partitions: int = 1,
+) -> None:
     pre_path, body_path = tmp / "pre.csv", tmp / "body.csv"
     pre_path.write_bytes(pre)
     body_path.write_bytes(body)
@@ -84,7 +102,7 @@ async def _check(dsn: str, tmp: Path, pre: bytes, body: bytes, strategy: Conflic
         pre_request = ImportRequest(client, ConflictStrategy.MERGE, InputFormat.CSV, 500, 1)
         await import_source(store, LocalFileSource(pre_path), pre_request, run_settings)
         before = await db_state(dsn, client)
-        document = await _preview(previews, body, client, strategy)
+        document = await _preview(previews, body, client, strategy, partitions)
         assert await db_state(dsn, client) == before  # a preview writes no contact row
         assert await conn.fetchval("SELECT count(*) FROM import_preview_row") == 0
         request = ImportRequest(client, strategy, InputFormat.CSV, 3, 2)
@@ -106,8 +124,57 @@ async def _check(dsn: str, tmp: Path, pre: bytes, body: bytes, strategy: Conflic
     pre=hostile_csv(max_rows=6),
     body=hostile_csv(),
     strategy=st.sampled_from([ConflictStrategy.MERGE, ConflictStrategy.DISCARD]),
+    partitions=st.integers(1, 3),
 )
 def test_a_preview_counts_what_the_import_then_does(
-    db_dsn: str, tmp_path: Path, pre: bytes, body: bytes, strategy: ConflictStrategy
+    db_dsn: str,
+    tmp_path: Path,
+    pre: bytes,
+    body: bytes,
+    strategy: ConflictStrategy,
+    partitions: int,
 ) -> None:
-    asyncio.run(_check(db_dsn, tmp_path, pre, body, strategy))
+    """And the database's tally of it is the builder's document, whatever the partitions."""
+    asyncio.run(_check(db_dsn, tmp_path, pre, body, strategy, partitions))
+
+
+def _contacts_csv(rows: list[tuple[str, str, str, str]]) -> bytes:
+    lines = ["cpf,nome,email,PLANO"] + [",".join(row) for row in rows]
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.parametrize("strategy", [ConflictStrategy.MERGE, ConflictStrategy.DISCARD])
+def test_the_tally_samples_the_first_keys_with_a_change(
+    db_dsn: str, tmp_path: Path, strategy: ConflictStrategy
+) -> None:
+    """More keys than the sample holds, some stored as the file has them (no change: not
+    sampled; under DISCARD no stored key changes), others repeated: the sample is the builder's,
+    the first 20 keys with a change in key order, whatever the partitions."""
+    keys = [cpf(i) for i in range(1, 61)]
+    pre = _contacts_csv([(k, f"N{i}", f"u{i}@x.com", "Pro") for i, k in enumerate(keys[:45])])
+    rows = [(k, f"N{i}", f"u{i}@x.com", "Pro") for i, k in enumerate(keys[:15])]  # unchanged
+    rows += [(k, f"M{i}", "", "Pro" if i % 2 else "Max") for i, k in enumerate(keys[15:])]
+    rows += [(k, "", f"v{i}@x.com", "") for i, k in enumerate(keys[10:30])]  # repeats
+    body = _contacts_csv(rows)
+
+    async def check() -> None:
+        pool = await connect_pool(db_dsn, 4)
+        try:
+            store, previews = PostgresJobQueue(pool), PostgresPreviews(pool)
+            (tmp_path / "pre.csv").write_bytes(pre)
+            request = ImportRequest(1, ConflictStrategy.MERGE, InputFormat.CSV, 500, 1)
+            await import_source(store, LocalFileSource(tmp_path / "pre.csv"), request, Settings())
+            unchanged = set(keys[:10] if strategy is ConflictStrategy.MERGE else keys[:45])
+            for partitions in (1, 3):
+                document = await _preview(previews, body, 1, strategy, partitions)
+                assert document is not None
+                sample = document["sample"]
+                assert isinstance(sample, list)
+                sampled = [entry["key"] for entry in sample]
+                assert sampled == sorted(sampled)
+                assert not unchanged & set(sampled)
+                assert len(sampled) == min(20, len(keys) - len(unchanged))
+        finally:
+            await pool.close()
+
+    asyncio.run(check())

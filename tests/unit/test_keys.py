@@ -140,8 +140,6 @@ def _keyed(line: int, email: str, name: str) -> ContactRow:
     return ContactRow(line, email, name, None, (_email(email),))
 
 
-
-
 async def _run(
     store: InMemoryStore,
     data: bytes,

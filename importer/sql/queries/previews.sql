@@ -157,6 +157,35 @@ FROM (
     WHERE first + changed + kept > 0
 ) AS t;
 
+-- name: preview_rows_by_channel
+-- preview_rows of a preview keyed by channel $3 of client $2 (core.keys): each key resolved as
+-- resolve_channel_keys does; the keys of one stored contact come together under the smallest
+-- (canonical), then by line. matches > 1: the rows are ambiguous_key.
+WITH staged_keys AS (
+    SELECT DISTINCT cpf_cnpj AS key FROM import_preview_row WHERE job_id = $1
+), resolved AS (
+    SELECT k.key, m.matches, m.contact_id
+    FROM staged_keys k
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS matches, min(x.contact_id) AS contact_id
+        FROM contact_details x
+        JOIN contact c ON c.id = x.contact_id AND c.client_id = $2 AND c.deleted_at IS NULL
+        WHERE x.client_id = $2 AND x.channel_id = $3 AND x.value = k.key AND x.deleted_at IS NULL
+    ) AS m
+), canonical AS (
+    SELECT key, matches, contact_id,
+           CASE WHEN matches = 1
+                THEN min(key COLLATE "C") OVER (PARTITION BY contact_id, matches = 1)
+                ELSE key END AS canonical
+    FROM resolved
+)
+SELECT k.canonical, r.line, r.name, r.street_address, r.details, r.custom_fields, k.matches,
+       k.contact_id
+FROM import_preview_row r
+JOIN canonical k ON k.key = r.cpf_cnpj
+WHERE r.job_id = $1
+ORDER BY k.canonical COLLATE "C", r.line;
+
 -- name: clear_preview_rows
 DELETE FROM import_preview_row WHERE job_id = $1;
 
