@@ -13,6 +13,11 @@ field, and a sample of at most :data:`SAMPLE` contacts with their values before 
 With a layout's merge policy, a stored contact's values after are those of the import's own
 plan for the key (``merge.plan_batch``: the policy speaks of the state before the import, which
 is the state a preview reads).
+
+Under the default policy and the CPF/CNPJ key the PostgreSQL store sums the same counters and
+tallies set-based over all the keys at once (``preview_tally`` in ``sql/queries/previews.sql``)
+and hands them to :func:`tallied`; this builder then plans only the sample's keys, and stays
+the specification (the tests compare the two documents).
 """
 
 from __future__ import annotations

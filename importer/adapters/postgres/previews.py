@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import asyncpg
 import orjson
+import structlog
 
 from importer.adapters.postgres import copybin
 from importer.adapters.postgres.batches import (
@@ -61,6 +62,8 @@ _STAGED_KINDS = (
     copybin.Kind.INT4,
     *(copybin.Kind.TEXT,) * 5,
 )
+log = structlog.get_logger(__name__)
+
 _GROUP_ROWS = 5000  # staged rows read per round trip; a group ends at a key's last row
 _CHANNELS = {int(c): c for c in Channel}  # a dict lookup: Channel(c) is ten times slower
 # The channels' ids and their target field names, as preview_tally names its tallies.
@@ -182,9 +185,7 @@ class PostgresPreviews:
         time (as an import's partitions are applied); the builder plans the sample's keys only
         (the first ones with a change, in key order)."""
         with translated_errors():
-            # The staging table's statistics are those of whichever preview ANALYZE last saw:
-            # without this one's the planner takes a million staged rows for a few thousand.
-            await self._pool.execute(self._q["analyze_preview_rows"])
+            await self._analyze_staged()
             async with pooled(self._pool) as conn:
                 names = await self._field_names(conn, client_id, fields)
             args = (job_id, client_id, strategy is ConflictStrategy.MERGE, names)
@@ -212,6 +213,16 @@ class PostgresPreviews:
         rows = sum(part["rows"] or 0 for part in found)
         new_keys = sum(part["new_keys"] for part in found)
         return tallied(strategy, rows, new_keys, fields_of, sample)
+
+    async def _analyze_staged(self) -> None:
+        """The staging table's statistics, taken now: otherwise they are those of whichever
+        preview ANALYZE last saw, and the planner may take a million staged rows for a few
+        thousand (index probes instead of hash joins). Best effort: while another preview's
+        ANALYZE holds the table past the lock timeout, its statistics serve."""
+        try:
+            await self._pool.execute(self._q["analyze_preview_rows"])
+        except asyncpg.exceptions.LockNotAvailableError:
+            log.info("preview_analyze_skipped", reason="lock_not_available")
 
     async def _tally_part(
         self,
