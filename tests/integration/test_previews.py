@@ -52,7 +52,10 @@ async def _preview(
 ) -> dict[str, object] | None:
     """The preview document, the builder's and the database's tally of it equal; None when the
     file is refused whole (the import fails too)."""
-    job = Job(uuid.uuid4(), client, JobStatus.NORMALIZING, strategy, "b.csv", InputFormat.CSV, 3, 2)
+    job = Job(
+        uuid.uuid4(), client, JobStatus.NORMALIZING, strategy, "b.csv", InputFormat.CSV, 3,
+        partitions,
+    )  # fmt: skip
     try:
         batches = _batches(job, data)
     except FileRejectedError:
@@ -60,7 +63,7 @@ async def _preview(
     fields: set[str] = set()
     invalid = 0
     for batch in batches:
-        await previews.stage_preview(job.id, batch.rows)
+        await previews.stage_preview(job.id, batch.rows, batch.partition)
         invalid += batch.invalid
         fields |= {name for row in batch.rows for name, _ in row.custom_fields}
     builder = await previews.plan(job.id, client, strategy, sorted(fields))

@@ -48,6 +48,7 @@ from importer.sql import queries
 
 _STAGED = (
     "job_id",
+    "part",
     "cpf_cnpj",
     "line",
     "name",
@@ -58,6 +59,7 @@ _STAGED = (
 )
 _STAGED_KINDS = (
     copybin.Kind.UUID,
+    copybin.Kind.INT2,
     copybin.Kind.TEXT,
     copybin.Kind.INT4,
     *(copybin.Kind.TEXT,) * 5,
@@ -71,7 +73,7 @@ _CHANNEL_IDS = [int(c) for c in Channel]
 _CHANNEL_NAMES = [f"channel:{c.name.lower()}" for c in Channel]
 
 
-def _staged(job_id: uuid.UUID, row: ContactRow) -> tuple[object, ...]:
+def _staged(job_id: uuid.UUID, part: int, row: ContactRow) -> tuple[object, ...]:
     """A row as import_preview_row stages it (schema.sql: its JSON columns)."""
     details = customs = by_name = None
     if row.details:
@@ -81,7 +83,17 @@ def _staged(job_id: uuid.UUID, row: ContactRow) -> tuple[object, ...]:
     if row.custom_fields:
         customs = orjson.dumps(row.custom_fields).decode()
         by_name = orjson.dumps({name.lower(): value for name, value in row.custom_fields}).decode()
-    return (job_id, row.cpf_cnpj, row.line, row.name, row.street_address, details, customs, by_name)
+    return (
+        job_id,
+        part,
+        row.cpf_cnpj,
+        row.line,
+        row.name,
+        row.street_address,
+        details,
+        customs,
+        by_name,
+    )
 
 
 def _row(record: asyncpg.Record | tuple[Any, ...]) -> ContactRow:
@@ -113,11 +125,14 @@ class PostgresPreviews:
         self._encode_rows = copybin.encoder(compiled)
         self._q = queries()
 
-    async def stage_preview(self, job_id: uuid.UUID, rows: Sequence[ContactRow]) -> None:
-        """Keep a batch's valid rows for :meth:`plan`."""
+    async def stage_preview(
+        self, job_id: uuid.UUID, rows: Sequence[ContactRow], partition: int = 0
+    ) -> None:
+        """Keep a batch's valid rows for :meth:`plan` and :meth:`tally` (``partition``: the
+        batch's key partition)."""
         if not rows:
             return
-        records = [_staged(job_id, r) for r in rows]
+        records = [_staged(job_id, partition, r) for r in rows]
         await self._copy_in("import_preview_row", _STAGED, _STAGED_KINDS, records)
 
     async def plan_preview(
@@ -180,10 +195,10 @@ class PostgresPreviews:
         partitions: int = 1,
     ) -> PreviewBuilder:
         """:meth:`plan` of the default merge policy, set-based: the database sums the counters
-        and the field tallies over all the staged keys at once (``preview_tally``), the keys cut
-        into ``partitions`` by a hash of the key, each summed on its own connection at the same
-        time (as an import's partitions are applied); the builder plans the sample's keys only
-        (the first ones with a change, in key order)."""
+        and the field tallies over all the staged keys at once (``preview_tally``), each of the
+        ``partitions`` key partitions the rows were staged in (the job's) on its own connection
+        at the same time, as an import's partitions are applied; the builder plans the sample's
+        keys only (the first ones with a change, in key order)."""
         with translated_errors():
             await self._analyze_staged()
             async with pooled(self._pool) as conn:
@@ -191,9 +206,7 @@ class PostgresPreviews:
             args = (job_id, client_id, strategy is ConflictStrategy.MERGE, names)
             async with asyncio.TaskGroup() as group:
                 parts = [
-                    group.create_task(
-                        self._tally_part(*args, part, partitions), name=f"preview_tally_{part}"
-                    )
+                    group.create_task(self._tally_part(*args, part), name=f"preview_tally_{part}")
                     for part in range(partitions)
                 ]
             found = [part.result() for part in parts]
@@ -231,10 +244,10 @@ class PostgresPreviews:
         merges: bool,
         names: dict[int, str],
         part: int,
-        partitions: int,
     ) -> asyncpg.Record:
-        """One partition's ``preview_tally`` row."""
-        async with pooled(self._pool) as conn:
+        """One key partition's ``preview_tally`` row."""
+        async with pooled(self._pool) as conn, conn.transaction(readonly=True):
+            await conn.execute(self._q["preview_tally_settings"])
             found = await conn.fetchrow(
                 self._q["preview_tally"],
                 job_id,
@@ -246,7 +259,6 @@ class PostgresPreviews:
                 _CHANNEL_IDS,
                 _CHANNEL_NAMES,
                 part,
-                partitions,
             )
         if found is None:  # an aggregate's one row: never
             raise RuntimeError("preview_tally returned no row")

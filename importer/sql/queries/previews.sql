@@ -21,10 +21,16 @@ ORDER BY cpf_cnpj COLLATE "C", line;
 -- The staging table's statistics, before a preview's tally is planned.
 ANALYZE import_preview_row;
 
+-- name: preview_tally_settings
+-- In preview_tally's transaction: no JIT. The planner takes each row's jsonb_each_text for 100
+-- rows (the built-in estimate; 3 in the benchmark's file), so the statement looks costly enough
+-- to compile, and compiling it took longer than the rest of a partition's tally (3 of 8 CPU-s).
+SET LOCAL jit = off;
+
 -- name: preview_tally
 -- The preview of job $1 for client $2 computed set-based, for the default merge policy and the
 -- CPF/CNPJ key ($3: MERGE, else DISCARD): what core.preview.PreviewBuilder.add sums key by key,
--- summed here over the staged keys of one partition ($9 of $10, by a hash of the key: the
+-- summed here over the staged keys of one key partition ($9: the part its batches staged; the
 -- partitions run at once on as many connections) against their stored contacts. $4/$5: the
 -- client's custom fields the file names (id, lower-case name, as custom_field_ids gives them);
 -- $6: how many sample keys; $7/$8: the channels' ids and field names.
@@ -49,7 +55,7 @@ WITH folded AS MATERIALIZED (
            min(lpad(line::text, 10, '0') || coalesce('=' || street_address, '') COLLATE "C")
                FILTER (WHERE NOT $3) AS first_address
     FROM import_preview_row
-    WHERE job_id = $1 AND (hashtext(cpf_cnpj) & 2147483647) % $10 = $9
+    WHERE job_id = $1 AND part = $9
     GROUP BY 1
 ), keyed AS MATERIALIZED (
     SELECT f.key, f.rows, f.first_line, c.id AS contact_id,
@@ -64,12 +70,12 @@ WITH folded AS MATERIALIZED (
 ), effective AS NOT MATERIALIZED (  -- the rows whose values count: all, or DISCARD's
     SELECT r.cpf_cnpj COLLATE "C" AS key, r.line, r.details, r.custom_values
     FROM import_preview_row r
-    WHERE r.job_id = $1 AND $3 AND (hashtext(r.cpf_cnpj) & 2147483647) % $10 = $9
+    WHERE r.job_id = $1 AND r.part = $9 AND $3
     UNION ALL
     SELECT k.key, r.line, r.details, r.custom_values
     FROM keyed k
     JOIN import_preview_row r ON r.cpf_cnpj = k.key AND r.line = k.first_line
-    WHERE r.job_id = $1 AND NOT $3 AND k.contact_id IS NULL
+    WHERE r.job_id = $1 AND r.part = $9 AND NOT $3 AND k.contact_id IS NULL
 ), customs AS MATERIALIZED (  -- per key and custom field: the file's last value, the stored one
     SELECT key, field, substr(max(value COLLATE "C") FILTER (WHERE NOT stored), 11) AS value,
            max(value) FILTER (WHERE stored) AS stored_value
