@@ -91,8 +91,11 @@ WITH folded AS MATERIALIZED (
         JOIN unnest($4::int[], $5::text[]) AS n (id, field) ON n.id = v.custom_field_id
     ) AS found
     GROUP BY key, field
-), detail_values AS (  -- per key, channel and value: whether it is stored (else: the file's)
-    SELECT key, channel, value, bool_or(stored) AS stored
+), channels AS MATERIALIZED (  -- per key and channel: any value stored, any the file adds
+    SELECT key, channel, bool_or(stored) AS had,
+           bool_or(NOT stored)
+               AND NOT coalesce(array_agg(value) FILTER (WHERE NOT stored)
+                                <@ array_agg(value) FILTER (WHERE stored), false) AS adds
     FROM (
         SELECT e.key, (d ->> 0)::int AS channel, (d ->> 1) COLLATE "C" AS value, false AS stored
         FROM effective e
@@ -102,10 +105,6 @@ WITH folded AS MATERIALIZED (
         FROM keyed k
         JOIN contact_details x ON x.contact_id = k.contact_id AND x.deleted_at IS NULL
     ) AS found
-    GROUP BY key, channel, value
-), channels AS MATERIALIZED (
-    SELECT key, channel, bool_or(stored) AS had, bool_or(NOT stored) AS adds
-    FROM detail_values
     GROUP BY key, channel
 ), tallies AS (
     SELECT 'name' AS field,
