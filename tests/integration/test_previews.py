@@ -21,7 +21,7 @@ from importer.adapters.postgres.previews import PostgresPreviews
 from importer.adapters.postgres.queue import PostgresJobQueue
 from importer.adapters.storage.files import LocalFileSource
 from importer.core.config import PipelineConfig
-from importer.core.errors import FileRejectedError
+from importer.core.errors import FileRejectedError, TransientStoreError
 from importer.core.models import (
     Batch,
     ConflictStrategy,
@@ -177,6 +177,32 @@ def test_the_tally_samples_the_first_keys_with_a_change(
                 assert sampled == sorted(sampled)
                 assert not unchanged & set(sampled)
                 assert len(sampled) == min(20, len(keys) - len(unchanged))
+        finally:
+            await pool.close()
+
+    asyncio.run(check())
+
+
+def test_a_failing_partition_fails_the_tally_with_the_stores_error(
+    db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One partition's statement failing cancels the others and raises the store's own error
+    (translated once), not the task group's."""
+
+    async def check() -> None:
+        pool = await connect_pool(db_dsn, 4)
+        try:
+            previews = PostgresPreviews(pool)
+            tally_part = previews._tally_part
+
+            async def failing(*args: object) -> asyncpg.Record:
+                if args[-1] == 1:
+                    raise asyncpg.exceptions.SerializationError("one partition failed")
+                return await tally_part(*args)  # type: ignore[arg-type]
+
+            monkeypatch.setattr(previews, "_tally_part", failing)
+            with pytest.raises(TransientStoreError, match="one partition failed"):
+                await previews.tally(uuid.uuid4(), 1, ConflictStrategy.MERGE, [], partitions=3)
         finally:
             await pool.close()
 

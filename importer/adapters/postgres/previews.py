@@ -96,6 +96,19 @@ def _staged(job_id: uuid.UUID, part: int, row: ContactRow) -> tuple[object, ...]
     )
 
 
+def _summed(parts: Sequence[asyncpg.Record]) -> dict[str, FieldTally]:
+    """The partitions' tallies (preview_tally's parallel arrays) summed by field."""
+    summed: dict[str, FieldTally] = {}
+    for part in parts:
+        columns = (part["fields"], part["firsts"], part["changes"], part["kept"])
+        for name, first, changed, kept in zip(*(c or () for c in columns), strict=True):
+            tally = summed.setdefault(name, FieldTally())
+            tally.first += first
+            tally.changed += changed
+            tally.kept += kept
+    return summed
+
+
 def _row(record: asyncpg.Record | tuple[Any, ...]) -> ContactRow:
     key, line, name, address, details, customs = record
     return new_contact_row(
@@ -203,29 +216,37 @@ class PostgresPreviews:
             await self._analyze_staged()
             async with pooled(self._pool) as conn:
                 names = await self._field_names(conn, client_id, fields)
-            args = (job_id, client_id, strategy is ConflictStrategy.MERGE, names)
-            async with asyncio.TaskGroup() as group:
-                parts = [
-                    group.create_task(self._tally_part(*args, part), name=f"preview_tally_{part}")
-                    for part in range(partitions)
-                ]
-            found = [part.result() for part in parts]
+            merges = strategy is ConflictStrategy.MERGE
+            found = await self._tally_parts(job_id, client_id, merges, names, partitions)
             keys_of = sorted(key for part in found for key in part["sample_keys"])[:SAMPLE]
             async with pooled(self._pool) as conn:
                 sample = await self._sample(conn, job_id, client_id, strategy, keys_of, names)
-        fields_of: dict[str, FieldTally] = {}
-        for part in found:
-            tallies = zip(
-                part["fields"] or (), part["firsts"] or (), part["changes"] or (),
-                part["kept"] or (), strict=True,
-            )  # fmt: skip
-            for name, first, changed, kept in tallies:
-                tally = fields_of.setdefault(name, FieldTally())
-                tally.first, tally.changed = tally.first + first, tally.changed + changed
-                tally.kept += kept
         rows = sum(part["rows"] or 0 for part in found)
         new_keys = sum(part["new_keys"] for part in found)
-        return tallied(strategy, rows, new_keys, fields_of, sample)
+        return tallied(strategy, rows, new_keys, _summed(found), sample)
+
+    async def _tally_parts(
+        self,
+        job_id: uuid.UUID,
+        client_id: int,
+        merges: bool,
+        names: dict[int, str],
+        partitions: int,
+    ) -> list[asyncpg.Record]:
+        """Every key partition's ``preview_tally`` row, the partitions at once (one task and one
+        connection each; one failing cancels the others, its error raised as it came)."""
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [
+                    group.create_task(
+                        self._tally_part(job_id, client_id, merges, names, part),
+                        name=f"preview_tally_{part}",
+                    )
+                    for part in range(partitions)
+                ]
+        except ExceptionGroup as failed:  # the driver's error, for translated_errors
+            raise failed.exceptions[0] from failed
+        return [task.result() for task in tasks]
 
     async def _analyze_staged(self) -> None:
         """The staging table's statistics, taken now: otherwise they are those of whichever
