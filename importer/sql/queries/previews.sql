@@ -144,7 +144,7 @@ WITH folded AS MATERIALIZED (
     UNION
     (SELECT key FROM customs
      WHERE value IS NOT NULL AND value IS DISTINCT FROM stored_value
-     ORDER BY key LIMIT $6 * (SELECT count(DISTINCT field) FROM customs))
+     ORDER BY key LIMIT $6 * (SELECT count(*) FROM tallies WHERE field LIKE 'custom:%'))
     UNION
     (SELECT key FROM channels WHERE adds ORDER BY key LIMIT $6 * cardinality($7::int[]))
 )
