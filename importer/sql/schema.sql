@@ -436,7 +436,8 @@ LEFT JOIN LATERAL (
 -- ([[channel, value, country_code, country], ...]), `custom_fields` its custom values as the row
 -- has them ([[name, value], ...]), `custom_values` the same by lower-case name as the fold keys
 -- them ({"plano": "Pro"}: a row's last column of a name wins; the set-based tally reads it).
--- `part`: the key partition of the row's batch (each partition is tallied on its own).
+-- `part`: the key partition of the row's batch (each partition is tallied on its own);
+-- `channels`: the channels the row has values of, as bits (1 << channel; NULL: none).
 CREATE UNLOGGED TABLE IF NOT EXISTS import_preview_row (
     job_id          uuid NOT NULL,
     part            smallint NOT NULL DEFAULT 0,
@@ -446,12 +447,14 @@ CREATE UNLOGGED TABLE IF NOT EXISTS import_preview_row (
     street_address  text,
     details         text,
     custom_fields   text,
-    custom_values   text
+    custom_values   text,
+    channels        smallint
 );
 ALTER TABLE import_preview_row ADD COLUMN IF NOT EXISTS details text;
 ALTER TABLE import_preview_row ADD COLUMN IF NOT EXISTS custom_fields text;
 ALTER TABLE import_preview_row ADD COLUMN IF NOT EXISTS custom_values text;
 ALTER TABLE import_preview_row ADD COLUMN IF NOT EXISTS part smallint NOT NULL DEFAULT 0;
+ALTER TABLE import_preview_row ADD COLUMN IF NOT EXISTS channels smallint;
 ALTER TABLE import_preview_row DROP COLUMN IF EXISTS extra;  -- the one JSON column before
 CREATE INDEX IF NOT EXISTS import_preview_row_job_part_idx ON import_preview_row (job_id, part);
 DROP INDEX IF EXISTS import_preview_row_job_idx;  -- (job_id) alone, before the partitions

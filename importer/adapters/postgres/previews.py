@@ -56,6 +56,7 @@ _STAGED = (
     "details",
     "custom_fields",
     "custom_values",
+    "channels",
 )
 _STAGED_KINDS = (
     copybin.Kind.UUID,
@@ -63,6 +64,7 @@ _STAGED_KINDS = (
     copybin.Kind.TEXT,
     copybin.Kind.INT4,
     *(copybin.Kind.TEXT,) * 5,
+    copybin.Kind.INT2,
 )
 log = structlog.get_logger(__name__)
 
@@ -75,11 +77,12 @@ _CHANNEL_NAMES = [f"channel:{c.name.lower()}" for c in Channel]
 
 def _staged(job_id: uuid.UUID, part: int, row: ContactRow) -> tuple[object, ...]:
     """A row as import_preview_row stages it (schema.sql: its JSON columns)."""
-    details = customs = by_name = None
+    details = customs = by_name = channels = None
     if row.details:
         details = orjson.dumps(
             [(int(d.channel), d.value, d.country_code, d.country) for d in row.details]
         ).decode()
+        channels = sum({1 << d.channel for d in row.details})
     if row.custom_fields:
         customs = orjson.dumps(row.custom_fields).decode()
         by_name = orjson.dumps({name.lower(): value for name, value in row.custom_fields}).decode()
@@ -93,6 +96,7 @@ def _staged(job_id: uuid.UUID, part: int, row: ContactRow) -> tuple[object, ...]
         details,
         customs,
         by_name,
+        channels,
     )
 
 

@@ -53,12 +53,17 @@ WITH folded AS MATERIALIZED (
            min(lpad(line::text, 10, '0') || coalesce('=' || name, '') COLLATE "C")
                FILTER (WHERE NOT $3) AS first_name,
            min(lpad(line::text, 10, '0') || coalesce('=' || street_address, '') COLLATE "C")
-               FILTER (WHERE NOT $3) AS first_address
+               FILTER (WHERE NOT $3) AS first_address,
+           min((lpad(line::text, 10, '0') || lpad(coalesce(channels, 0)::text, 2, '0')
+                || (custom_values IS NOT NULL)::int::text) COLLATE "C") AS first_shape
     FROM import_preview_row
     WHERE job_id = $1 AND part = $9
     GROUP BY 1
 ), keyed AS MATERIALIZED (
     SELECT f.key, f.rows, f.first_line, c.id AS contact_id,
+           c.id IS NULL AND (f.rows = 1 OR NOT $3) AS simple,
+           substr(f.first_shape, 11, 2)::int AS first_channels,
+           substr(f.first_shape, 13) = '1' AS first_customs,
            c.name AS stored_name, c.street_address AS stored_address,
            CASE WHEN $3 THEN substr(f.last_name, 11)
                 WHEN c.id IS NULL THEN nullif(substr(f.first_name, 12), '') END AS name,
@@ -68,20 +73,17 @@ WITH folded AS MATERIALIZED (
     FROM folded f
     LEFT JOIN contact c ON c.client_id = $2 AND c.cpf_cnpj = f.key AND c.deleted_at IS NULL
 ), effective AS NOT MATERIALIZED (  -- the rows whose values count: all, or DISCARD's
-    SELECT r.cpf_cnpj COLLATE "C" AS key, r.line, r.details, r.custom_values
-    FROM import_preview_row r
-    WHERE r.job_id = $1 AND r.part = $9 AND $3
-    UNION ALL
-    SELECT k.key, r.line, r.details, r.custom_values
+    SELECT k.key, k.simple, r.line, r.details, r.custom_values
     FROM keyed k
-    JOIN import_preview_row r ON r.cpf_cnpj = k.key AND r.line = k.first_line
-    WHERE r.job_id = $1 AND r.part = $9 AND NOT $3 AND k.contact_id IS NULL
-), customs AS MATERIALIZED (  -- per key and custom field: the file's last value, the stored one
+    JOIN import_preview_row r ON r.cpf_cnpj = k.key
+    WHERE r.job_id = $1 AND r.part = $9 AND ($3 OR (r.line = k.first_line AND k.contact_id IS NULL))
+), customs AS MATERIALIZED (  -- per key and custom field: the file's last value, the stored one;
+    -- a simple key's (new, its one row) only counted, by field, under a NULL key
     SELECT key, field, substr(max(value COLLATE "C") FILTER (WHERE NOT stored), 11) AS value,
-           max(value) FILTER (WHERE stored) AS stored_value
+           max(value) FILTER (WHERE stored) AS stored_value, count(*) AS found
     FROM (
-        SELECT e.key, v.key AS field, lpad(e.line::text, 10, '0') || v.value AS value,
-               false AS stored
+        SELECT CASE WHEN NOT e.simple THEN e.key END AS key, v.key AS field,
+               lpad(e.line::text, 10, '0') || v.value AS value, false AS stored
         FROM effective e
         CROSS JOIN LATERAL jsonb_each_text(e.custom_values::jsonb) AS v
         UNION ALL
@@ -100,6 +102,7 @@ WITH folded AS MATERIALIZED (
         SELECT e.key, (d ->> 0)::int AS channel, (d ->> 1) COLLATE "C" AS value, false AS stored
         FROM effective e
         CROSS JOIN LATERAL jsonb_array_elements(e.details::jsonb) AS d
+        WHERE NOT e.simple
         UNION ALL
         SELECT k.key, x.channel_id, x.value, true AS stored
         FROM keyed k
@@ -122,7 +125,8 @@ WITH folded AS MATERIALIZED (
     FROM keyed
     UNION ALL
     SELECT 'custom:' || field,
-           count(*) FILTER (WHERE stored_value IS NULL),
+           count(*) FILTER (WHERE key IS NOT NULL AND stored_value IS NULL)
+               + coalesce(sum(found) FILTER (WHERE key IS NULL), 0),
            count(*) FILTER (WHERE stored_value <> value),
            count(*) FILTER (WHERE stored_value IS NOT NULL
                                   AND (value IS NULL OR value = stored_value))
@@ -136,14 +140,21 @@ WITH folded AS MATERIALIZED (
     FROM channels
     JOIN unnest($7::int[], $8::text[]) AS n (id, field) ON n.id = channels.channel
     GROUP BY n.field
+    UNION ALL
+    SELECT n.field, count(*) FILTER (WHERE k.first_channels & (1 << n.id) <> 0), 0, 0
+    FROM keyed k
+    CROSS JOIN unnest($7::int[], $8::text[]) AS n (id, field)
+    WHERE k.simple
+    GROUP BY n.field
 ), changes AS (  -- the first keys of each kind of change (a key has a row per field, channel)
     (SELECT key FROM keyed
      WHERE (name IS NOT NULL AND name IS DISTINCT FROM stored_name)
         OR (street_address IS NOT NULL AND street_address IS DISTINCT FROM stored_address)
+        OR (simple AND (first_channels <> 0 OR first_customs))
      ORDER BY key LIMIT $6)
     UNION
     (SELECT key FROM customs
-     WHERE value IS NOT NULL AND value IS DISTINCT FROM stored_value
+     WHERE key IS NOT NULL AND value IS NOT NULL AND value IS DISTINCT FROM stored_value
      ORDER BY key LIMIT $6 * (SELECT count(*) FROM tallies WHERE field LIKE 'custom:%'))
     UNION
     (SELECT key FROM channels WHERE adds ORDER BY key LIMIT $6 * cardinality($7::int[]))
@@ -158,7 +169,12 @@ FROM (
            array_agg(first ORDER BY field) AS firsts,
            array_agg(changed ORDER BY field) AS changes,
            array_agg(kept ORDER BY field) AS kept
-    FROM tallies
+    FROM (
+        SELECT field, sum(first)::bigint AS first, sum(changed)::bigint AS changed,
+               sum(kept)::bigint AS kept
+        FROM tallies
+        GROUP BY field
+    ) AS summed
     WHERE first + changed + kept > 0
 ) AS t;
 
