@@ -179,8 +179,11 @@ class Store(Protocol):
 
     # --- outside the batches: a preview, a validation of the whole file first -----------------
 
-    async def stage_preview(self, job_id: uuid.UUID, rows: Sequence[ContactRow]) -> None:
-        """Keep valid rows of a preview (nothing is written to the contact tables)."""
+    async def stage_preview(
+        self, job_id: uuid.UUID, rows: Sequence[ContactRow], partition: int = 0
+    ) -> None:
+        """Keep valid rows of a preview (nothing is written to the contact tables), of a batch
+        of key partition ``partition``."""
         ...
 
     async def plan_preview(

@@ -13,6 +13,11 @@ field, and a sample of at most :data:`SAMPLE` contacts with their values before 
 With a layout's merge policy, a stored contact's values after are those of the import's own
 plan for the key (``merge.plan_batch``: the policy speaks of the state before the import, which
 is the state a preview reads).
+
+Under the default policy and the CPF/CNPJ key the PostgreSQL store sums the same counters and
+tallies set-based over all the keys at once (``preview_tally`` in ``sql/queries/previews.sql``)
+and hands them to :func:`tallied`; this builder then plans only the sample's keys, and stays
+the specification (the tests compare the two documents).
 """
 
 from __future__ import annotations
@@ -171,6 +176,28 @@ def _after(
     for name, union in _by_channel(pairs).items():
         values[name] = sorted(union)
     return values
+
+
+def tallied(
+    strategy: ConflictStrategy,
+    rows: int,
+    new_keys: int,
+    fields: Mapping[str, FieldTally],
+    sample: Sequence[dict[str, object]],
+) -> PreviewBuilder:
+    """A builder holding a preview summed elsewhere, over all the keys at once (the database's
+    set-based tally), as :meth:`PreviewBuilder.add` sums it key by key: ``rows`` valid rows of
+    which ``new_keys`` keys are new (each of their other rows updates under MERGE, is ignored
+    under DISCARD), the field tallies, and the sample the builder planned."""
+    builder = PreviewBuilder(strategy, fields=dict(fields), sample=list(sample))
+    rest = rows - new_keys
+    counters = builder.counters
+    counters.rows_read, counters.inserted = rows, new_keys
+    if strategy is ConflictStrategy.MERGE:
+        counters.updated = rest
+    else:
+        counters.ignored = rest
+    return builder
 
 
 def counters_differ(

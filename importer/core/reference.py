@@ -472,7 +472,12 @@ class InMemoryStore:
 
     # --- outside the batches -------------------------------------------------------------------
 
-    async def stage_preview(self, job_id: uuid.UUID, rows: Sequence[ContactRow]) -> None:
+    async def stage_preview(
+        self,
+        job_id: uuid.UUID,
+        rows: Sequence[ContactRow],
+        partition: int = 0,  # noqa: ARG002 (planned key by key: no partitions to tally)
+    ) -> None:
         self.staged.setdefault(job_id, []).extend(rows)
 
     async def plan_preview(

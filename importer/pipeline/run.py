@@ -180,7 +180,7 @@ class ImportRun:
                 async for batches in steps:
                     await self._warn(parser)
                     for batch in batches:
-                        await store.stage_preview(job.id, batch.rows)
+                        await store.stage_preview(job.id, batch.rows, batch.partition)
                         await store.add_row_issues(job.id, batch.issues)
                         invalid += batch.invalid
             fields = parser.chunker.take_new_custom_names()

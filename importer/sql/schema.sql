@@ -516,19 +516,34 @@ LEFT JOIN LATERAL (
     SELECT q.position FROM import_claim_queue q WHERE q.id = j.id AND j.status = 'queued'
 ) AS queue ON true;
 
--- A preview's valid rows, staged while the file is read and planned key by key once it is
--- (importer/core/preview.py): then deleted. Unlogged: a preview lost in a crash is run again.
--- `extra` is the row's channels and custom values as JSON ({"d": [[channel, value,
--- country_code, country], ...], "c": [[name, value], ...]}).
+-- A preview's valid rows, staged while the file is read and planned once it is
+-- (importer/adapters/postgres/previews.py, importer/core/preview.py): then deleted. Unlogged: a
+-- preview lost in a crash is run again. As JSON text (NULL: none): `details` the row's channels
+-- ([[channel, value, country_code, country], ...]), `custom_fields` its custom values as the row
+-- has them ([[name, value], ...]), `custom_values` the same by lower-case name as the fold keys
+-- them ({"plano": "Pro"}: a row's last column of a name wins; the set-based tally reads it).
+-- `part`: the key partition of the row's batch (each partition is tallied on its own);
+-- `channels`: the channels the row has values of, as bits (1 << channel; NULL: none).
 CREATE UNLOGGED TABLE IF NOT EXISTS import_preview_row (
     job_id          uuid NOT NULL,
+    part            smallint NOT NULL DEFAULT 0,
     cpf_cnpj        text NOT NULL,
     line            integer NOT NULL,
     name            text,
     street_address  text,
-    extra           text NOT NULL
+    details         text,
+    custom_fields   text,
+    custom_values   text,
+    channels        smallint
 );
-CREATE INDEX IF NOT EXISTS import_preview_row_job_idx ON import_preview_row (job_id);
+ALTER TABLE import_preview_row ADD COLUMN IF NOT EXISTS details text;
+ALTER TABLE import_preview_row ADD COLUMN IF NOT EXISTS custom_fields text;
+ALTER TABLE import_preview_row ADD COLUMN IF NOT EXISTS custom_values text;
+ALTER TABLE import_preview_row ADD COLUMN IF NOT EXISTS part smallint NOT NULL DEFAULT 0;
+ALTER TABLE import_preview_row ADD COLUMN IF NOT EXISTS channels smallint;
+ALTER TABLE import_preview_row DROP COLUMN IF EXISTS extra;  -- the one JSON column before
+CREATE INDEX IF NOT EXISTS import_preview_row_job_part_idx ON import_preview_row (job_id, part);
+DROP INDEX IF EXISTS import_preview_row_job_idx;  -- (job_id) alone, before the partitions
 
 -- Completion webhooks (issue 15, point 3). A client's webhook settings: the secret every
 -- delivery is signed with (HMAC-SHA256 of the body) and the default notify_url of its imports;

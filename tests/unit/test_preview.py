@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from importer.core import merge
 from importer.core.models import Channel, ConflictStrategy, ContactRow, Counters, Detail
 from importer.core.policy import DEFAULT_POLICY, MergePolicy, parse_policy
-from importer.core.preview import SAMPLE, PreviewBuilder
+from importer.core.preview import SAMPLE, PreviewBuilder, tallied
 from importer.core.reference import ContactState, ReferenceModel
 from tests.strategies import expected_rows, merge_documents, rows
 
@@ -143,3 +143,26 @@ def test_keys_must_come_in_order() -> None:
     builder.add([ContactRow(2, "b", None, None)], None)
     with pytest.raises(ValueError, match="out of order"):
         builder.add([ContactRow(3, "a", None, None)], None)
+
+
+@settings(max_examples=200)
+@given(
+    pre=st.lists(rows(), max_size=8),
+    body=st.lists(rows(), max_size=30),
+    strategy=st.sampled_from(ConflictStrategy),
+)
+def test_a_tally_summed_elsewhere_makes_the_builders_document(pre, body, strategy) -> None:
+    """tallied (the database's set-based sums) from the builder's own tallies, key and row
+    counts and sample: the same counters and document as the builder fed key by key."""
+    pre_rows, _ = expected_rows(pre)
+    body_rows, _ = expected_rows(body)
+    model = ReferenceModel()
+    model.apply(1, pre_rows, ConflictStrategy.MERGE)
+    builder = preview(body_rows, model, strategy)
+    stored = model.client_state(1)
+    new_keys = len({r.cpf_cnpj for r in body_rows} - set(stored))
+    summed = tallied(strategy, len(body_rows), new_keys, builder.fields, builder.sample)
+    builder.add_invalid(3)
+    summed.add_invalid(3)
+    assert summed.counters == builder.counters
+    assert summed.document(["Plano"]) == builder.document(["Plano"])
