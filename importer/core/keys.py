@@ -40,6 +40,11 @@ class DedupeKey(enum.StrEnum):
     PHONE = "phone"
     WHATSAPP = "whatsapp"
 
+    @classmethod
+    def of(cls, channel: Channel) -> DedupeKey:
+        """The key a channel is (email, phone, whatsapp)."""
+        return cls(channel.name.lower())
+
     @property
     def channel(self) -> Channel | None:
         """The channel the key is a value of (None: the CPF/CNPJ column)."""
@@ -125,5 +130,5 @@ def unify(rows: Sequence[ContactRow], contact_of: Mapping[str, int]) -> list[Con
 def ambiguous_issue(row: ContactRow, channel: Channel) -> RowIssue:
     """The invalid issue of a row whose key two stored contacts share (its column: the key's
     name, as the batch that finds it out no longer knows the file's)."""
-    column = DedupeKey(channel.name.lower()).value
+    column = DedupeKey.of(channel).value
     return RowIssue(row.line, column, Reason.AMBIGUOUS_KEY, row.cpf_cnpj[:1024], Severity.INVALID)

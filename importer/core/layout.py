@@ -365,7 +365,7 @@ def _checked_plan(columns: list[Column], field_count: int, key: Channel | None) 
 def _check_key_columns(columns: Sequence[Column], key: Channel, *, required: bool) -> None:
     """Under a channel key (core.keys): exactly one column of it (at most one in a JSONL
     object, whose rows without it are ``missing_key``), and no CPF/CNPJ column."""
-    word = DedupeKey(key.name.lower()).value
+    word = DedupeKey.of(key).value
     for column in columns:
         if column.target.attribute is Attribute.CPF_CNPJ:
             raise FileRejectedError(

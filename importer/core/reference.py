@@ -131,6 +131,22 @@ class ReferenceModel:
                 counters.ignored += 1
         return counters
 
+    def resolve(
+        self, client_id: int, channel: Channel, rows: Sequence[ContactRow]
+    ) -> tuple[list[ContactRow], dict[str, tuple[int, str]], list[ContactRow]]:
+        """A channel key's rows as a batch (or a preview) takes them against the contacts as
+        they are now (core.keys): the kept rows, the keys of one contact unified under the
+        smallest; each such (canonical) key's contact; the refused (ambiguous) rows."""
+        holders = {key: self.holders(client_id, channel, key) for key in {r.cpf_cnpj for r in rows}}
+        found = {key: held[0] for key, held in holders.items() if len(held) == 1}
+        numbered = {contact: n for n, contact in enumerate(sorted(set(found.values())))}
+        kept = keys.unify(
+            [r for r in rows if len(holders[r.cpf_cnpj]) <= 1],
+            {key: numbered[contact] for key, contact in found.items()},
+        )
+        identity = {r.cpf_cnpj: found[r.cpf_cnpj] for r in kept if r.cpf_cnpj in found}
+        return kept, identity, [r for r in rows if len(holders[r.cpf_cnpj]) > 1]
+
     def holders(self, client_id: int, channel: Channel, value: str) -> list[tuple[int, str]]:
         """The client's contacts that have ``value`` in ``channel`` (naive: the specification)."""
         return [
@@ -384,14 +400,7 @@ class InMemoryStore:
         rows: Sequence[ContactRow] = batch.rows
         identity: dict[str, tuple[int, str]] = {}
         if channel is not None:
-            holders = {
-                r.cpf_cnpj: self.model.holders(job.client_id, channel, r.cpf_cnpj) for r in rows
-            }
-            rows = [r for r in rows if len(holders[r.cpf_cnpj]) <= 1]
-            found_ids = {k: h[0] for k, h in holders.items() if len(h) == 1}
-            numbered = {key: n for n, key in enumerate(sorted(set(found_ids.values())))}
-            rows = keys.unify(rows, {k: numbered[v] for k, v in found_ids.items()})
-            identity = {r.cpf_cnpj: found_ids[r.cpf_cnpj] for r in rows if r.cpf_cnpj in found_ids}
+            rows, identity, _ = self.model.resolve(job.client_id, channel, rows)
         folded = merge.fold_rows(rows, job.strategy, policy)
         trace = self.model.traces.get(job.id, ImportTrace())
         stored = {}
@@ -511,20 +520,11 @@ class InMemoryStore:
         """A channel-keyed preview's rows (PostgresPreviews.plan_by_channel, in memory): the
         ambiguous ones refused, the keys of one stored contact under the smallest of them;
         ``identity`` learns each canonical key's contact."""
-        holders = {
-            key: self.model.holders(job.client_id, channel, key)
-            for key in {r.cpf_cnpj for r in staged}
-        }
-        refused = [r for r in staged if len(holders[r.cpf_cnpj]) > 1]
+        unified, found, refused = self.model.resolve(job.client_id, channel, staged)
         if refused:
             builder.add_invalid(len(refused))
             self.issues[job.id].extend(keys.ambiguous_issue(r, channel) for r in refused)
-        numbered = {found[0]: n for n, found in enumerate(holders.values()) if len(found) == 1}
-        contact_of = {k: numbered[f[0]] for k, f in holders.items() if len(f) == 1}
-        unified = keys.unify([r for r in staged if len(holders[r.cpf_cnpj]) <= 1], contact_of)
-        identity.update(
-            {r.cpf_cnpj: holders[r.cpf_cnpj][0] for r in unified if r.cpf_cnpj in contact_of}
-        )
+        identity.update(found)
         return unified
 
     async def rest_ready(

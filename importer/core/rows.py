@@ -185,7 +185,7 @@ def key_column(plan: RowPlan) -> str:
         if plan.field_count is None:
             return "cpf_cnpj"
         return next(c.name for c in plan.columns if c.target.attribute is Attribute.CPF_CNPJ)
-    word = DedupeKey(channel.name.lower()).value
+    word = DedupeKey.of(channel).value
     return next((c.name for c in plan.columns if c.target.channel is channel), word)
 
 

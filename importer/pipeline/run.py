@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 import structlog
 
-from importer.core import lifecycle, threshold
+from importer.core import keys, lifecycle, threshold
 from importer.core.config import PipelineConfig
 from importer.core.errors import FileRejectedError
 from importer.core.models import (
@@ -370,7 +370,7 @@ class ImportRun:
     async def _ambiguous(self, batches: list[Batch]) -> list[RowIssue]:
         """A channel key's rows the batches will refuse as ``ambiguous_key`` (core.keys): the
         validation counts them with the file's invalid rows."""
-        if self.job.layout is None or "key" not in self.job.layout:
+        if keys.key_channel_of(self.job.layout) is None:
             return []
         return await self._store.ambiguous_rows(self.job, [r for b in batches for r in b.rows])
 

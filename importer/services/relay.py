@@ -24,6 +24,7 @@ import structlog
 from importer.core.errors import BrokerError, StoreError
 from importer.core.models import OutboxMessage
 from importer.ports import MessagePublisher, Outbox
+from importer.services.rounds import backoff_s, wait_or_stop
 
 log = structlog.get_logger(__name__)
 
@@ -31,18 +32,10 @@ log = structlog.get_logger(__name__)
 BATCH_SIZE = 100
 # An idle relay looks at the outbox this often even without a notification.
 POLL_S = 1.0
-# Waits after a failure: doubling from the first to the last.
-BACKOFF_FIRST_S = 0.5
-BACKOFF_MAX_S = 15.0
 # How often unpublished messages of unknown topics are reported (an error each time).
 UNKNOWN_TOPICS_EVERY_S = 60.0
 # Closing a publisher whose broker is gone must not hold the relay.
 CLOSE_TIMEOUT_S = 5.0
-
-
-def backoff_s(failures: int) -> float:
-    """The wait after ``failures`` consecutive failed rounds (1 → the first wait)."""
-    return float(min(BACKOFF_FIRST_S * 2 ** max(failures - 1, 0), BACKOFF_MAX_S))
 
 
 class OutboxRelay:
@@ -178,15 +171,7 @@ class OutboxRelay:
 
     async def _wait(self, waiting: Awaitable[None]) -> None:
         """Until ``waiting`` ends or ``stop`` is set; a failed wait is a failed round."""
-        waiter = asyncio.ensure_future(waiting)
-        stopped = asyncio.create_task(self._stop.wait(), name="outbox-relay-stop")
-        try:
-            await asyncio.wait([waiter, stopped], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (waiter, stopped):
-                task.cancel()
-            results = await asyncio.gather(waiter, stopped, return_exceptions=True)
-        error = results[0]
+        error = await wait_or_stop(waiting, self._stop, "outbox-relay-stop")
         if isinstance(error, StoreError):
             await self._failed(error)
         elif isinstance(error, Exception):

@@ -44,6 +44,7 @@ from importer.core.webhooks import (
 )
 from importer.ports import CatalogStore, ClientWebhooks, Resolver, WebhookSender, WebhookStore
 from importer.services.documents import job_document
+from importer.services.rounds import backoff_s, wait_or_stop
 from importer.settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -57,10 +58,6 @@ POLL_S = 1.0
 LEASE_MARGIN_S = 5.0
 # Addresses of one host an attempt tries at most (each only when the one before is unreachable).
 MAX_ADDRESSES = 4
-# Waits after a failed round (the database): doubling from the first to the last.
-BACKOFF_FIRST_S = 0.5
-BACKOFF_MAX_S = 15.0
-
 # A client's secret: at least this long (schema.sql checks it too); a generated one has 64 hex.
 MIN_SECRET_CHARS = 16
 # A notify_url for a client without a webhook secret: nothing to sign with. (A message, not a
@@ -339,8 +336,7 @@ class WebhookDelivery:
         self._failures += 1
         if self._failures == 1:
             log.warning("webhook_delivery_failing", error=str(exc), kind=type(exc).__name__)
-        wait = min(BACKOFF_FIRST_S * 2 ** (self._failures - 1), BACKOFF_MAX_S)
-        await self._wait(asyncio.sleep(wait))
+        await self._wait(asyncio.sleep(backoff_s(self._failures)))
 
     def _recovered(self) -> None:
         if self._failures:
@@ -349,15 +345,7 @@ class WebhookDelivery:
 
     async def _wait(self, waiting: Awaitable[None]) -> None:
         """Until ``waiting`` ends or ``stop`` is set; a failed wait is a failed round."""
-        waiter = asyncio.ensure_future(waiting)
-        stopped = asyncio.create_task(self._stop.wait(), name="webhook-delivery-stop")
-        try:
-            await asyncio.wait([waiter, stopped], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (waiter, stopped):
-                task.cancel()
-            results = await asyncio.gather(waiter, stopped, return_exceptions=True)
-        error = results[0]
+        error = await wait_or_stop(waiting, self._stop, "webhook-delivery-stop")
         if isinstance(error, StoreError):
             await self._failed(error)
         elif isinstance(error, Exception):

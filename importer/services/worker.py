@@ -58,6 +58,7 @@ from importer.ports import (
     Throttle,
 )
 from importer.services.leases import JobRun, end_run, lease_held
+from importer.services.local import S3_SCHEME
 from importer.services.runs import ObjectSource, job_config, job_finished, local_file_source
 from importer.settings import Settings
 
@@ -171,7 +172,7 @@ class Worker:
         jobs = objects = raw_values = journal_rows = 0
         try:
             for due in await self._store.retention_due(cutoff, RETENTION_BATCH):
-                if due.local_path is None and not due.source.startswith("s3://"):
+                if due.local_path is None and not due.source.startswith(S3_SCHEME):
                     with contextlib.suppress(ObjectNotFoundError):
                         await self._objects.delete(due.source)
                         objects += 1

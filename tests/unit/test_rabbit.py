@@ -20,7 +20,7 @@ from importer.adapters.rabbit.broker import (
     republish_headers,
 )
 from importer.core.errors import ConfigurationError
-from importer.services.relay import BACKOFF_MAX_S, backoff_s
+from importer.services.rounds import BACKOFF_MAX_S, backoff_s
 from importer.settings import Settings
 from importer.wiring import broker_topology
 
