@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from importer.core import lifecycle
 from importer.core.accelerator import RateDecision
 from importer.core.duplicates import Competition
+from importer.core.keys import KeyGroups
 from importer.core.models import (
     Batch,
     Checkpoint,
@@ -216,6 +217,13 @@ class Store(Protocol):
 
     async def clear_row_issues(self, job_id: uuid.UUID) -> None:
         """Empty the job's error report (a run starting with an empty ledger)."""
+        ...
+
+    async def key_groups(self, job: Job, *, fresh: bool) -> KeyGroups:
+        """How the job's rows find their key partition (core.keys.KeyGroups; none under the
+        CPF/CNPJ key or in one partition). ``fresh`` (no batch applied yet): read from the
+        client's contacts and kept with the job; otherwise the kept snapshot, so a resumed run
+        cuts the same batches as the run before it."""
         ...
 
     async def ambiguous_rows(self, job: Job, rows: Sequence[ContactRow]) -> list[RowIssue]:

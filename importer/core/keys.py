@@ -20,7 +20,9 @@ Pure: no I/O.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from importer.core.errors import LayoutError
 from importer.core.models import (
@@ -75,10 +77,59 @@ def key_channel_of(layout: Mapping[str, object] | None) -> Channel | None:
     return None if layout is None else parse_key(layout.get("key")).channel
 
 
-def partitions_for(layout: Mapping[str, object] | None, concurrency: int) -> int:
-    """A job's key partitions: one under a channel key, whose values of one stored contact
-    must meet in one batch sequence (two of them in two partitions would race for it)."""
-    return 1 if key_channel_of(layout) is not None else concurrency
+MAX_GROUPED_VALUES = 500_000  # key values of multi-valued stored contacts a run keeps (KeyGroups)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyGroups:
+    """How a channel key's rows find their key partition: the rows of one stored contact must
+    meet in one partition (its batches apply in line order; two partitions would race for it).
+
+    A stored contact with one live value of the key channel needs nothing: its rows share that
+    key, whose hash is the partition, as a new contact's rows do. Only a contact with several
+    values does: each of them maps to its ``canonical`` one (the contact's smallest), hashed
+    instead. ``whole``: the client has more of those values than a run keeps
+    (:data:`MAX_GROUPED_VALUES`), and every row goes to partition 0 (one consumer, exact).
+
+    An import never adds a value of its key channel to a stored contact (a row's key value is
+    already its contact's; ``replace`` on the key channel is refused) and creates contacts with
+    one value each, so its own writes never change the groups; a run reads them once, before its
+    first batch, and a resumed run reuses that snapshot (``import_key_groups``): the same file
+    cuts into the same batches whatever another writer did in between.
+    """
+
+    canonical: Mapping[str, str] = field(default_factory=dict)
+    whole: bool = False
+
+    def partition(self, key: str, partitions: int) -> int:
+        """The key partition of a row's (normalized) key."""
+        if self.whole:
+            return 0
+        return zlib.crc32(self.canonical.get(key, key).encode()) % partitions
+
+
+NO_GROUPS = KeyGroups()
+
+
+def key_groups(values: Iterable[tuple[int, str]]) -> KeyGroups:
+    """The groups of the (contact id, value) pairs of the client's stored contacts that have
+    several live values of the key channel: each value → its contact's smallest value (a value
+    two such contacts share → the smaller of theirs; its rows are ``ambiguous_key`` anyway).
+    Past :data:`MAX_GROUPED_VALUES` pairs, ``whole``."""
+    smallest: dict[int, str] = {}
+    pairs: list[tuple[int, str]] = []
+    for count, (contact, value) in enumerate(values, 1):
+        if count > MAX_GROUPED_VALUES:
+            return KeyGroups(whole=True)
+        pairs.append((contact, value))
+        if contact not in smallest or value < smallest[contact]:
+            smallest[contact] = value
+    canonical: dict[str, str] = {}
+    for contact, value in pairs:
+        first = smallest[contact]
+        if value not in canonical or first < canonical[value]:
+            canonical[value] = first
+    return KeyGroups({v: c for v, c in canonical.items() if v != c})
 
 
 def keyed_by_channel(

@@ -220,8 +220,11 @@ class InMemoryStore:
     partition, the result must equal the reference model applied to the whole file.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, yields: Sequence[int] = ()) -> None:
         self.model = ReferenceModel()
+        # Scheduling, drawn by property tests: how often a batch of partition p lets the other
+        # consumers run before it applies (yields[p % len]), so partitions overtake each other.
+        self.yields = tuple(yields)
         self.jobs: dict[uuid.UUID, Job] = {}
         self.ledger: dict[uuid.UUID, dict[tuple[int, int, int], Counters]] = {}
         # Whole batches' reader positions: (chunk_no, partition) → (end_offset, end_line).
@@ -235,6 +238,7 @@ class InMemoryStore:
         self.finalized: dict[uuid.UUID, Finalized] = {}
         self.read_to_end: set[uuid.UUID] = set()  # jobs whose reader reached the file's end
         self.staged: dict[uuid.UUID, list[ContactRow]] = {}  # a preview's valid rows
+        self.groups: dict[uuid.UUID, keys.KeyGroups] = {}  # a channel key's (kept per job)
         # The duplicate report's competitions: ((chunk_no, batch's first line), competition).
         self.competitions: dict[uuid.UUID, list[tuple[tuple[int, int], Competition]]] = {}
 
@@ -360,6 +364,8 @@ class InMemoryStore:
             positions[(batch.chunk_no, batch.partition)] = (batch.end_offset, batch.end_line)
 
     async def apply_batch(self, job: Job, batch: Batch, *, lane: bool = False) -> Counters | None:
+        for _ in range(self.yields[batch.partition % len(self.yields)] if self.yields else 0):
+            await asyncio.sleep(0)
         if batch.key in self.ledger[job.id]:
             return None
         if lane and not self._in_lane(job, batch):
@@ -547,6 +553,24 @@ class InMemoryStore:
 
     async def clear_row_issues(self, job_id: uuid.UUID) -> None:
         self.issues[job_id] = []
+
+    async def key_groups(self, job: Job, *, fresh: bool) -> keys.KeyGroups:
+        """PostgresBatches.key_groups, in memory: read at a fresh start, else the snapshot."""
+        channel = keys.key_channel_of(job.layout)
+        if channel is None or job.partitions == 1:
+            return keys.NO_GROUPS
+        if not fresh and job.id in self.groups:
+            return self.groups[job.id]
+        pairs = [
+            (n, value)
+            for n, ((client, _), state) in enumerate(self.model.contacts.items())
+            if client == job.client_id
+            for values in [sorted(v for c, v in state.details if c is channel)]
+            if len(values) > 1
+            for value in values
+        ]
+        self.groups[job.id] = groups = keys.key_groups(pairs)
+        return groups
 
     async def ambiguous_rows(self, job: Job, rows: Sequence[ContactRow]) -> list[RowIssue]:
         channel = keys.key_channel_of(job.layout)

@@ -113,6 +113,7 @@ class ImportRun:
         self._applier = BatchApplier(store, job, max_attempts=config.max_batch_attempts)
         self._lanes_behind = 0  # multi-instance mode: the chunk every lane has passed
         self._validating = False  # the whole file is validated before its batches are applied
+        self._groups = keys.NO_GROUPS  # how a channel key's rows find their partition
 
     async def run(self) -> Finalized | None:
         """Run to the end: the finalization's result, or None when stopped before the end.
@@ -139,6 +140,7 @@ class ImportRun:
         if not done:  # a preview's or a validation's report: the batches report their rows again
             await store.clear_row_issues(self.job.id)
         self._validating = validates_first(self.job, done)
+        self._groups = await store.key_groups(self.job, fresh=not done)
         self._applier = BatchApplier(
             store,
             self.job,
@@ -272,7 +274,7 @@ class ImportRun:
 
         Returns early once ``stop`` is set: the batches not yet queued are left for a later run.
         """
-        parser = BlockParser(self.job, self._source.name, self._config, checkpoint)
+        parser = BlockParser(self.job, self._source.name, self._config, checkpoint, self._groups)
         try:
             if self._validating:
                 await self._validate_then_submit(parser, done)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from importer.core.config import PipelineConfig
+from importer.core.keys import NO_GROUPS, KeyGroups
 from importer.core.models import (
     Batch,
     Checkpoint,
@@ -61,8 +62,9 @@ class BlockParser:
         source_name: str,
         config: PipelineConfig,
         checkpoint: Checkpoint | None = None,
+        groups: KeyGroups = NO_GROUPS,
     ) -> None:
-        self.chunker = Chunker(job, config)
+        self.chunker = Chunker(job, config, groups)
         self._config = config
         self._format = job.input_format
         self._source_name = source_name

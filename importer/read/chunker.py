@@ -3,20 +3,21 @@
 :class:`Chunker` finds the header (or plans by position or JSON keys, by the layout), builds
 each record's row and issues with a :class:`~importer.core.rows.RowBuilder` (or its compiled twin
 ``importer.core._rows.FastRowBuilder``, where built, when ``PipelineConfig.compiled``) and cuts
-chunks into one batch per partition; :func:`partition_of` is the partition of a key
-(``crc32(key) % n``).
+chunks into one batch per partition: a row's is ``crc32(key) % n``, stable across runs,
+processes and versions, where a channel key's rows hash their stored contact's group instead
+(:class:`~importer.core.keys.KeyGroups`).
 """
 
 from __future__ import annotations
 
 import functools
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from importer.core.config import PipelineConfig
 from importer.core.errors import FileRejectedError
+from importer.core.keys import NO_GROUPS, KeyGroups
 from importer.core.layout import RowPlan, plan_for_header, plan_for_keys, plan_for_positions
 from importer.core.models import (
     Batch,
@@ -48,11 +49,6 @@ def compiled_builder() -> type[FastRowBuilder] | None:
     return FastRowBuilder
 
 
-def partition_of(key: str, partitions: int) -> int:
-    """The key partition of a normalized key: stable across runs, processes and versions."""
-    return zlib.crc32(key.encode()) % partitions
-
-
 class Chunker:
     """Records → batches: finds the header, builds rows, cuts chunks of ``chunk_size`` records.
 
@@ -60,10 +56,10 @@ class Chunker:
     the last call of :meth:`take_new_custom_names`, so the caller can create them first.
     """
 
-    def __init__(self, job: Job, config: PipelineConfig) -> None:
+    def __init__(self, job: Job, config: PipelineConfig, groups: KeyGroups = NO_GROUPS) -> None:
         self._job = job
         self._config = config
-        self._buffer = _ChunkBuffer(job.partitions)
+        self._buffer = _ChunkBuffer(job.partitions, groups)
         self._csv_builder: _Builder | None = None
         self._json_builders: dict[tuple[str, ...], _Builder] = {}
         self._known_custom: set[str] = set()
@@ -168,6 +164,7 @@ class _ChunkBuffer:
     """The chunk being filled: valid rows per partition, the issues and the invalid count."""
 
     partitions: int
+    groups: KeyGroups = NO_GROUPS
     chunk_no: int = 0
     first_line: int = 0
     end_offset: int = 0
@@ -193,7 +190,7 @@ class _ChunkBuffer:
         if row is None:
             self.invalid += 1
         else:
-            self.rows[partition_of(row.cpf_cnpj, self.partitions)].append(row)
+            self.rows[self.groups.partition(row.cpf_cnpj, self.partitions)].append(row)
 
     def cut(self) -> list[Batch]:
         """The chunk's batches, one per partition (empty ones too: every partition marks it)."""

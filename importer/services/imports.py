@@ -18,7 +18,6 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from importer.core import keys
 from importer.core.duplicates import Competition
 from importer.core.errors import (
     ChecksumMismatchError,
@@ -445,7 +444,7 @@ class ImportService:
             input_format=(options.input_format or format_for(filename)).value,
             strategy=options.conflict_strategy.value,
             chunk_size=self._settings.chunk_size,
-            partitions=keys.partitions_for(options.layout, self._settings.concurrency),
+            partitions=self._settings.concurrency,
             layout=options.layout,
             has_internationalization=options.has_internationalization,
             bytes_total=sealed.size,

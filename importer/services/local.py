@@ -13,7 +13,7 @@ from pathlib import Path
 
 import structlog
 
-from importer.core import keys, preview
+from importer.core import preview
 from importer.core.config import PipelineConfig
 from importer.core.errors import (
     ChecksumMismatchError,
@@ -186,7 +186,7 @@ async def import_source(
         input_format=request.input_format.value,
         strategy=request.strategy.value,
         chunk_size=request.chunk_size,
-        partitions=keys.partitions_for(request.layout_document, request.concurrency),
+        partitions=request.concurrency,
         layout=request.layout_document,
         has_internationalization=request.international,
         bytes_total=source.size,

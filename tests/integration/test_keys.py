@@ -5,10 +5,14 @@ reason, several keys of one contact merged into it, new contacts without a CPF."
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from importer.adapters.postgres.pool import connect_pool
+from importer.adapters.postgres.store import PostgresStore
+from importer.core import keys
 from importer.core.models import JobStatus
 from tests.support import cpf, fetch, import_file, tables_checksum, write_csv
 
@@ -38,7 +42,7 @@ def _body(tmp: Path) -> Path:
         [
             ["Ana Nova", "a@x.com", "", "p2"],  # 2: ambiguous: two contacts have it
             ["Caio C", "d@x.com", "", "p3"],  # 3: contact 3
-            ["", "c@x.com", "(11) 91234-5678", ""],  # 4: contact 3 too, after line 3
+            ["Caio D", "c@x.com", "(11) 91234-5678", ""],  # 4: contact 3 too, after line 3
             ["Eva", "e@x.com", "", "p9"],  # 5: new, without a CPF
             ["Eva E", "e@x.com", "", ""],  # 6: the same new contact
             ["Zed", "", "", "p1"],  # 7: missing_key
@@ -62,15 +66,23 @@ async def _contacts(dsn: str, client: int) -> list[tuple[object, ...]]:
     return [tuple(r) for r in rows]
 
 
-@pytest.mark.parametrize("chunk_size", [1, 500])
+@pytest.mark.parametrize(("chunk_size", "concurrency"), [(1, 2), (500, 2), (1, 4)])
 def test_an_email_keyed_import_matches_merges_and_refuses_by_the_key(
-    db_dsn: str, tmp_path: Path, chunk_size: int
+    db_dsn: str, tmp_path: Path, chunk_size: int, concurrency: int
 ) -> None:
+    """In four partitions d@ and c@ hash apart: their rows go by contact 3's group, in line
+    order (line 4's name wins)."""
+
     async def run() -> None:
-        client = 61_000 + chunk_size
+        client = 61_000 + chunk_size + 10 * concurrency
         await import_file(db_dsn, _preload(tmp_path), client)
         outcome = await import_file(
-            db_dsn, _body(tmp_path), client, chunk_size=chunk_size, layout_document=EMAIL
+            db_dsn,
+            _body(tmp_path),
+            client,
+            chunk_size=chunk_size,
+            concurrency=concurrency,
+            layout_document=EMAIL,
         )
         c = outcome.counters
         assert (c.rows_read, c.inserted, c.updated, c.invalid) == (7, 1, 3, 3)
@@ -88,9 +100,52 @@ def test_an_email_keyed_import_matches_merges_and_refuses_by_the_key(
         assert await _contacts(db_dsn, client) == [
             (cpf(1), "Ana", ["3:a@x.com"], ["p1"]),
             (cpf(2), "Bia", ["3:a@x.com"], None),
-            (cpf(3), "Caio C", ["1:+5511912345678", "3:c@x.com", "3:d@x.com"], ["p3"]),
+            (cpf(3), "Caio D", ["1:+5511912345678", "3:c@x.com", "3:d@x.com"], ["p3"]),
             (None, "Eva E", ["3:e@x.com"], ["p9"]),
         ]
+
+    asyncio.run(run())
+
+
+def test_a_run_keeps_its_key_groups_and_a_resumed_run_reuses_them(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    """The groups are read when a run starts with no batch applied and kept with the job; a
+    resumed run cuts by the kept ones, even after another writer gave a contact a second
+    e-mail (its rows would otherwise move between partitions under a half-done chunk)."""
+
+    async def run() -> None:
+        client = 61_900
+        await import_file(db_dsn, _preload(tmp_path), client)
+        outcome = await import_file(
+            db_dsn, _body(tmp_path), client, concurrency=4, layout_document=EMAIL
+        )
+        kept = await fetch(
+            db_dsn,
+            "SELECT whole, key_values, canonicals FROM import_key_groups WHERE job_id = $1",
+            outcome.job_id,
+        )
+        assert [tuple(r) for r in kept] == [(False, ["d@x.com"], ["c@x.com"])]
+        await fetch(  # another writer: Eva's contact gets a second e-mail
+            db_dsn,
+            "INSERT INTO contact_details (contact_id, client_id, channel_id, value)"
+            " SELECT id, client_id, 3, 'a0@x.com' FROM contact"
+            " WHERE client_id = $1 AND name = 'Eva E' RETURNING id",
+            client,
+        )
+        pool = await connect_pool(db_dsn, 2)
+        try:
+            store = PostgresStore(pool)
+            job = await store.get_job(outcome.job_id)
+            resumed = await store.key_groups(job, fresh=False)
+            assert dict(resumed.canonical) == {"d@x.com": "c@x.com"}
+            fresh = await store.key_groups(job, fresh=True)
+            assert dict(fresh.canonical) == {"d@x.com": "c@x.com", "e@x.com": "a0@x.com"}
+            assert (await store.key_groups(job, fresh=False)).canonical == fresh.canonical
+            one = await store.key_groups(replace(job, partitions=1), fresh=True)
+            assert one is keys.NO_GROUPS
+        finally:
+            await pool.close()
 
     asyncio.run(run())
 

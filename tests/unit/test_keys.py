@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import uuid
+import zlib
 from dataclasses import asdict
 
 import pytest
@@ -51,9 +52,34 @@ def test_the_layout_names_the_key() -> None:
         parse_layout({"key": "cpf"})
     with pytest.raises(LayoutError, match="replace"):
         parse_layout({"key": "email", "merge": {"channels": "replace"}})
-    assert keys.partitions_for({"key": "phone"}, 4) == 1
-    assert keys.partitions_for({"key": "cpf_cnpj"}, 4) == 4
-    assert keys.partitions_for(None, 4) == 4
+
+
+def test_the_values_of_a_stored_contact_share_its_smallest_values_partition() -> None:
+    groups = keys.key_groups([(7, "b@x"), (7, "a@x"), (7, "c@x"), (9, "z@x"), (9, "y@x")])
+    assert groups.canonical == {"b@x": "a@x", "c@x": "a@x", "z@x": "y@x"}
+    assert not groups.whole
+    for n in (1, 2, 3, 7):
+        assert {groups.partition(v, n) for v in ("a@x", "b@x", "c@x")} == {
+            keys.NO_GROUPS.partition("a@x", n)
+        }
+        assert groups.partition("new@x", n) == keys.NO_GROUPS.partition("new@x", n)
+    # A value two multi-valued contacts share (its rows are ambiguous_key): the smaller group.
+    shared = keys.key_groups([(1, "m@x"), (1, "s@x"), (2, "a@x"), (2, "s@x")])
+    assert shared.canonical == {"s@x": "a@x"}
+
+
+def test_the_partition_of_a_key_is_crc32_modulo_the_partitions() -> None:
+    assert keys.NO_GROUPS.partition("52998224725", 4) == zlib.crc32(b"52998224725") % 4
+
+
+def test_too_many_grouped_values_put_every_row_in_one_partition(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(keys, "MAX_GROUPED_VALUES", 3)
+    assert keys.key_groups([(1, "a"), (1, "b"), (2, "c")]).whole is False
+    groups = keys.key_groups([(1, "a"), (1, "b"), (2, "c"), (2, "d")])
+    assert groups.whole
+    assert {groups.partition(k, 4) for k in ("a", "c", "q", "zz", "m@x")} == {0}
 
 
 @pytest.mark.parametrize(
@@ -149,8 +175,8 @@ async def _run(
     *,
     preview: bool = False,
     max_invalid: str | None = None,
+    partitions: int = 3,
 ) -> uuid.UUID:
-    partitions = keys.partitions_for(layout, 3)
     new_job = NewJob(
         uuid.uuid4(), 1, None, "b.csv", "csv", strategy.value, chunk_size, partitions,
         preview=preview, layout=layout, max_invalid=max_invalid,
@@ -169,6 +195,8 @@ async def _run(
     strategy=st.sampled_from(ConflictStrategy),
     document=keyed_merge_documents(),
     chunk_size=st.integers(1, 6),
+    partitions=st.integers(1, 4),
+    yields=st.lists(st.integers(0, 12), min_size=4, max_size=4),
 )
 def test_email_keyed_runs_equal_the_reference_model_and_their_previews(
     pre: list[GeneratedRow],
@@ -176,7 +204,12 @@ def test_email_keyed_runs_equal_the_reference_model_and_their_previews(
     strategy: ConflictStrategy,
     document: dict[str, str],
     chunk_size: int,
+    partitions: int,
+    yields: list[int],
 ) -> None:
+    """Whatever order the partitions' consumers apply in (``yields``), the rows of one stored
+    contact (several of its e-mails among the keys: a@ and B@ hash apart in 2 and 4 partitions)
+    meet in one partition in line order."""
     layout: dict[str, object] = {**EMAIL_LAYOUT, "merge": document}
     pre_rows, _ = expected_rows(pre)
     body_rows, invalid = expected_rows(body)
@@ -187,13 +220,13 @@ def test_email_keyed_runs_equal_the_reference_model_and_their_previews(
         expected = model.apply(
             1, body_rows, strategy, parse_layout(layout).merge, key_channel=Channel.EMAIL
         )
-        store = InMemoryStore()
+        store = InMemoryStore(yields)
         await _run(store, csv_bytes(pre), ConflictStrategy.MERGE, None, 500)
         before = copy.deepcopy(store.model.contacts)
         data = email_csv_bytes(body)
         preview_id = await _run(store, data, strategy, layout, chunk_size, preview=True)
         assert store.model.contacts == before
-        job_id = await _run(store, data, strategy, layout, chunk_size)
+        job_id = await _run(store, data, strategy, layout, chunk_size, partitions=partitions)
         job = store.jobs[job_id]
         got = job.counters
         assert got.invalid == invalid + expected.invalid
@@ -234,5 +267,26 @@ def test_the_threshold_counts_the_ambiguous_keys_before_any_contact_is_written()
             if status is JobStatus.FAILED:
                 assert job.fail_reason == Reason.TOO_MANY_INVALID_ROWS
                 assert store.model.contacts == before
+
+    asyncio.run(check())
+
+
+@pytest.mark.parametrize("yields", [(0, 0), (0, 5), (5, 0)])
+def test_the_e_mails_of_one_stored_contact_apply_in_line_order_across_partitions(
+    yields: tuple[int, int],
+) -> None:
+    """B@ and a@ hash to different partitions of two; both are one stored contact's, so the
+    rows of either go by its group (B@'s: the smaller) and the later row's name wins, whichever
+    consumer runs ahead."""
+    pre = b"nome,cpf,email\nA,52998224725,a@x.com.br\nA,52998224725,B@x.com.br\n"
+    body = b"nome,email\nN1,B@x.com.br\nN2,a@x.com.br\n"
+    assert zlib.crc32(b"a@x.com.br") % 2 != zlib.crc32(b"B@x.com.br") % 2
+
+    async def check() -> None:
+        store = InMemoryStore(yields)
+        await _run(store, pre, ConflictStrategy.MERGE, None, 500)
+        job_id = await _run(store, body, ConflictStrategy.MERGE, EMAIL_LAYOUT, 1, partitions=2)
+        assert {k: s.name for k, s in store.model.client_state(1).items()} == {"52998224725": "N2"}
+        assert store.groups[job_id].canonical == {"a@x.com.br": "B@x.com.br"}
 
     asyncio.run(check())

@@ -1,6 +1,7 @@
 """The stored contacts a batch (or a preview) plans against, as ``core.merge`` takes them: read
 by their CPF/CNPJ keys, or, for an import keyed by a channel (``core.keys``), by resolving each
-key among the client's live contacts first (resolve_channel_keys), then reading them by id.
+key among the client's live contacts first (resolve_channel_keys), then reading them by id; and
+the key groups a channel key's rows are partitioned by.
 """
 
 from __future__ import annotations
@@ -64,6 +65,26 @@ async def resolved_batch(
         by_id = {r["id"]: stored_with_provenance(r, names) for r in records}
     stored = {k: by_id[contact_of[k]] for k in folded if contact_of.get(k) in by_id}
     return unified, folded, stored, refused
+
+
+async def key_groups(
+    conn: Conn, q: Mapping[str, str], job: Job, channel: Channel, *, fresh: bool
+) -> keys.KeyGroups:
+    """The job's key groups (core.keys.KeyGroups): a resumed run's kept snapshot, else read from
+    the client's contacts (bounded) and kept for the runs after it."""
+    if not fresh:
+        kept = await conn.fetchrow(q["load_key_groups"], job.id)
+        if kept is not None:
+            canonical = dict(zip(kept["key_values"], kept["canonicals"], strict=True))
+            return keys.KeyGroups(canonical, kept["whole"])
+    found = await conn.fetch(
+        q["key_group_values"], job.client_id, int(channel), keys.MAX_GROUPED_VALUES + 1
+    )
+    groups = keys.key_groups((r["contact_id"], r["value"]) for r in found)
+    values = list(groups.canonical)
+    canonicals = [groups.canonical[v] for v in values]
+    await conn.execute(q["save_key_groups"], job.id, groups.whole, values, canonicals)
+    return groups
 
 
 def stored_with_provenance(r: asyncpg.Record, names: dict[int, str]) -> merge.StoredContact:

@@ -201,3 +201,31 @@ RETURNING id;
 -- import created (and committed) while our insert waited on them.
 SELECT lower(name) AS key, id FROM custom_field
 WHERE client_id = $1 AND lower(name) = ANY(SELECT lower(n) FROM unnest($2::text[]) AS n);
+
+-- name: key_group_values
+-- A channel key's groups (core.keys.key_groups): the live values of channel $2 of client $1's
+-- live contacts that have more than one, with their contact; at most $3 (past it: whole).
+WITH multi AS (
+    SELECT contact_id FROM contact_details
+    WHERE client_id = $1 AND channel_id = $2 AND deleted_at IS NULL
+    GROUP BY contact_id
+    HAVING count(*) > 1
+)
+SELECT x.contact_id, x.value
+FROM multi m
+JOIN contact c ON c.id = m.contact_id AND c.deleted_at IS NULL
+JOIN contact_details x
+  ON x.contact_id = m.contact_id AND x.channel_id = $2 AND x.deleted_at IS NULL
+LIMIT $3;
+
+-- name: save_key_groups
+-- A run's key groups, kept with job $1 (replacing a previous run's: $2 whole, $3 values, $4
+-- their canonical values).
+INSERT INTO import_key_groups (job_id, whole, key_values, canonicals)
+VALUES ($1, $2, $3::text[], $4::text[])
+ON CONFLICT (job_id) DO UPDATE
+SET whole = EXCLUDED.whole, key_values = EXCLUDED.key_values, canonicals = EXCLUDED.canonicals;
+
+-- name: load_key_groups
+-- The key groups a resumed run of job $1 reuses (none: the run reads them afresh).
+SELECT whole, key_values, canonicals FROM import_key_groups WHERE job_id = $1;
