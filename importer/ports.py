@@ -219,11 +219,11 @@ class Store(Protocol):
         """Empty the job's error report (a run starting with an empty ledger)."""
         ...
 
-    async def key_groups(self, job: Job, *, fresh: bool) -> KeyGroups:
+    async def key_groups(self, job: Job) -> KeyGroups:
         """How the job's rows find their key partition (core.keys.KeyGroups; none under the
-        CPF/CNPJ key or in one partition). ``fresh`` (no batch applied yet): read from the
-        client's contacts and kept with the job; otherwise the kept snapshot, so a resumed run
-        cuts the same batches as the run before it."""
+        CPF/CNPJ key or in one partition): the ones kept with the job, else read from the
+        client's contacts and kept — for as long as its ledger, so every run that resumes from
+        the ledger (a crash, a requeue) cuts the same batches as the runs before it."""
         ...
 
     async def ambiguous_rows(self, job: Job, rows: Sequence[ContactRow]) -> list[RowIssue]:

@@ -10,6 +10,8 @@ client's live contacts that have that value in that channel, not by a column of 
 - a value two live stored contacts share makes the row invalid ``ambiguous_key`` (never a
   guess); several values of the file that belong to one stored contact merge into it, in file
   order (:func:`unify`);
+- the rows of one stored contact meet in one key partition (:class:`KeyGroups`), so a channel
+  key runs in as many partitions as the CPF/CNPJ;
 - contacts are created without a CPF/CNPJ; a CPF/CNPJ column is refused under a channel key
   (which of two contacts a CPF would then belong to is not ours to decide), and so is
   ``replace`` on the key channel (it would drop the value the contact was found by).
@@ -93,9 +95,11 @@ class KeyGroups:
 
     An import never adds a value of its key channel to a stored contact (a row's key value is
     already its contact's; ``replace`` on the key channel is refused) and creates contacts with
-    one value each, so its own writes never change the groups; a run reads them once, before its
-    first batch, and a resumed run reuses that snapshot (``import_key_groups``): the same file
-    cuts into the same batches whatever another writer did in between.
+    one value each, so its own writes never change the groups; the job's first run reads them
+    before its first batch and keeps them as long as the ledger (``import_key_groups``), so every
+    run resuming from the ledger cuts the same batches whatever another writer did in between
+    (one that gives a contact a second value meanwhile may see that contact's rows of the rest
+    of the file applied in two partitions: another writer's race, as under any key).
     """
 
     canonical: Mapping[str, str] = field(default_factory=dict)

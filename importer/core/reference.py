@@ -554,12 +554,12 @@ class InMemoryStore:
     async def clear_row_issues(self, job_id: uuid.UUID) -> None:
         self.issues[job_id] = []
 
-    async def key_groups(self, job: Job, *, fresh: bool) -> keys.KeyGroups:
-        """PostgresBatches.key_groups, in memory: read at a fresh start, else the snapshot."""
+    async def key_groups(self, job: Job) -> keys.KeyGroups:
+        """PostgresBatches.key_groups, in memory: the kept ones, else read and kept."""
         channel = keys.key_channel_of(job.layout)
         if channel is None or job.partitions == 1:
             return keys.NO_GROUPS
-        if not fresh and job.id in self.groups:
+        if job.id in self.groups:
             return self.groups[job.id]
         pairs = [
             (n, value)

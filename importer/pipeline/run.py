@@ -140,7 +140,7 @@ class ImportRun:
         if not done:  # a preview's or a validation's report: the batches report their rows again
             await store.clear_row_issues(self.job.id)
         self._validating = validates_first(self.job, done)
-        self._groups = await store.key_groups(self.job, fresh=not done)
+        self._groups = await store.key_groups(self.job)
         self._applier = BatchApplier(
             store,
             self.job,

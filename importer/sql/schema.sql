@@ -594,9 +594,10 @@ CREATE TABLE IF NOT EXISTS webhook_attempt (
 
 -- A channel-keyed import's key groups (core.keys.KeyGroups): each value of the key channel that
 -- a stored contact with several of them has, and that contact's smallest value, whose hash is
--- the partition of its rows. Read once per run that starts with no batch applied; a resumed run
--- reuses them (the same file cuts into the same batches). ``whole``: too many to keep, every
--- row in partition 0. Personal data: the retention sweep deletes them with the journal.
+-- the partition of its rows. Read by the job's first run and kept as long as its ledger (the
+-- undo and remove-data delete both): every run that resumes from the ledger cuts the same
+-- batches. ``whole``: too many to keep, every row in partition 0. Personal data: the
+-- retention sweep deletes them with the journal.
 CREATE TABLE IF NOT EXISTS import_key_groups (
     job_id      uuid PRIMARY KEY REFERENCES import_job (id) ON DELETE CASCADE,
     whole       boolean NOT NULL,

@@ -14,6 +14,7 @@ from importer.adapters.postgres.pool import connect_pool
 from importer.adapters.postgres.store import PostgresStore
 from importer.core import keys
 from importer.core.models import JobStatus
+from importer.sql import queries
 from tests.support import cpf, fetch, import_file, tables_checksum, write_csv
 
 pytestmark = pytest.mark.integration
@@ -107,12 +108,11 @@ def test_an_email_keyed_import_matches_merges_and_refuses_by_the_key(
     asyncio.run(run())
 
 
-def test_a_run_keeps_its_key_groups_and_a_resumed_run_reuses_them(
-    db_dsn: str, tmp_path: Path
-) -> None:
-    """The groups are read when a run starts with no batch applied and kept with the job; a
-    resumed run cuts by the kept ones, even after another writer gave a contact a second
-    e-mail (its rows would otherwise move between partitions under a half-done chunk)."""
+def test_a_run_keeps_its_key_groups_as_long_as_its_ledger(db_dsn: str, tmp_path: Path) -> None:
+    """The groups are read by the job's first run and kept with it: a run that resumes from its
+    ledger cuts by the kept ones, even after another writer gave a contact a second e-mail (its
+    rows would otherwise move between partitions under a half-done chunk); remove-data, which
+    clears the ledger, clears them too."""
 
     async def run() -> None:
         client = 61_900
@@ -137,13 +137,13 @@ def test_a_run_keeps_its_key_groups_and_a_resumed_run_reuses_them(
         try:
             store = PostgresStore(pool)
             job = await store.get_job(outcome.job_id)
-            resumed = await store.key_groups(job, fresh=False)
-            assert dict(resumed.canonical) == {"d@x.com": "c@x.com"}
-            fresh = await store.key_groups(job, fresh=True)
-            assert dict(fresh.canonical) == {"d@x.com": "c@x.com", "e@x.com": "a0@x.com"}
-            assert (await store.key_groups(job, fresh=False)).canonical == fresh.canonical
-            one = await store.key_groups(replace(job, partitions=1), fresh=True)
+            assert dict((await store.key_groups(job)).canonical) == {"d@x.com": "c@x.com"}
+            one = await store.key_groups(replace(job, partitions=1))
             assert one is keys.NO_GROUPS
+            async with pool.acquire() as conn:
+                await conn.execute(queries()["clear_job_ledger"], job.id)
+            fresh = await store.key_groups(job)
+            assert dict(fresh.canonical) == {"d@x.com": "c@x.com", "e@x.com": "a0@x.com"}
         finally:
             await pool.close()
 

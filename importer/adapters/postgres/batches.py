@@ -297,13 +297,13 @@ class PostgresBatches:
                 await write_duplicates(conn, job.id, batch, found)
         return plan.new_keys, refused
 
-    async def key_groups(self, job: Job, *, fresh: bool) -> keys.KeyGroups:
+    async def key_groups(self, job: Job) -> keys.KeyGroups:
         channel = keys.key_channel_of(job.layout)
         if channel is None or job.partitions == 1:
             return keys.NO_GROUPS
         with translated_errors():
             async with pooled(self._pool) as conn, conn.transaction():
-                return await contacts.key_groups(conn, self._q, job, channel, fresh=fresh)
+                return await contacts.key_groups(conn, self._q, job, channel)
 
     async def ambiguous_rows(self, job: Job, rows: Sequence[ContactRow]) -> list[RowIssue]:
         channel = keys.key_channel_of(job.layout)

@@ -68,15 +68,14 @@ async def resolved_batch(
 
 
 async def key_groups(
-    conn: Conn, q: Mapping[str, str], job: Job, channel: Channel, *, fresh: bool
+    conn: Conn, q: Mapping[str, str], job: Job, channel: Channel
 ) -> keys.KeyGroups:
-    """The job's key groups (core.keys.KeyGroups): a resumed run's kept snapshot, else read from
-    the client's contacts (bounded) and kept for the runs after it."""
-    if not fresh:
-        kept = await conn.fetchrow(q["load_key_groups"], job.id)
-        if kept is not None:
-            canonical = dict(zip(kept["key_values"], kept["canonicals"], strict=True))
-            return keys.KeyGroups(canonical, kept["whole"])
+    """The job's key groups (core.keys.KeyGroups): the kept ones, else read from the client's
+    contacts (bounded) and kept for the runs after it."""
+    kept = await conn.fetchrow(q["load_key_groups"], job.id)
+    if kept is not None:
+        canonical = dict(zip(kept["key_values"], kept["canonicals"], strict=True))
+        return keys.KeyGroups(canonical, kept["whole"])
     found = await conn.fetch(
         q["key_group_values"], job.client_id, int(channel), keys.MAX_GROUPED_VALUES + 1
     )

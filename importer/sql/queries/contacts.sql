@@ -219,13 +219,12 @@ JOIN contact_details x
 LIMIT $3;
 
 -- name: save_key_groups
--- A run's key groups, kept with job $1 (replacing a previous run's: $2 whole, $3 values, $4
--- their canonical values).
+-- A run's key groups, kept with job $1 as long as its ledger ($2 whole, $3 values, $4 their
+-- canonical values). One run of a job at a time (its lease): nothing to race with.
 INSERT INTO import_key_groups (job_id, whole, key_values, canonicals)
 VALUES ($1, $2, $3::text[], $4::text[])
-ON CONFLICT (job_id) DO UPDATE
-SET whole = EXCLUDED.whole, key_values = EXCLUDED.key_values, canonicals = EXCLUDED.canonicals;
+ON CONFLICT (job_id) DO NOTHING;
 
 -- name: load_key_groups
--- The key groups a resumed run of job $1 reuses (none: the run reads them afresh).
+-- The key groups job $1's runs cut by (none: the run reads them, then keeps them).
 SELECT whole, key_values, canonicals FROM import_key_groups WHERE job_id = $1;
