@@ -79,7 +79,8 @@ def key_channel_of(layout: Mapping[str, object] | None) -> Channel | None:
     return None if layout is None else parse_key(layout.get("key")).channel
 
 
-MAX_GROUPED_VALUES = 500_000  # key values of multi-valued stored contacts a run keeps (KeyGroups)
+# Key values of multi-valued stored contacts a run keeps (KeyGroups): read, ~70 MB at the peak.
+MAX_GROUPED_VALUES = 200_000
 
 
 @dataclass(frozen=True, slots=True)
