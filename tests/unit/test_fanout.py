@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from importer.core import codec
 from importer.core.config import PipelineConfig
 from importer.core.errors import TransientStoreError
+from importer.core.layout import parse_layout
 from importer.core.models import (
     Batch,
     ConflictStrategy,
@@ -30,7 +31,7 @@ from importer.core.models import (
 from importer.core.reference import InMemoryStore
 from importer.pipeline.fanout import ChunkHandler, FanoutSettings
 from importer.pipeline.run import ImportRun
-from tests.support import cpf
+from tests.support import cpf, model_contacts
 from tests.unit.test_pipeline_stop import BytesSource
 
 
@@ -136,18 +137,65 @@ def source(seed: int) -> BytesSource:
     return BytesSource("c.csv", ("\n".join(lines) + "\n").encode())
 
 
-async def new_job(store: InMemoryStore, strategy: ConflictStrategy, chunk: int) -> Job:
+# An e-mail-keyed file (layout "key": "email") over preloaded contacts, some holding two of
+# its e-mails (one contact's rows in two partitions, were they hashed by the e-mail itself).
+EMAIL_KEY: dict[str, object] = {"key": "email"}
+EMAILS = 24
+
+
+def keyed_source(seed: int) -> BytesSource:
+    rng = random.Random(seed)
+    lines = ["nome,email,plano"]
+    for i in range(ROWS):
+        email = f"e{rng.randrange(EMAILS)}@x.com" if rng.random() > 0.05 else ""
+        lines.append(f"N{i},{email},{rng.choice(['', 'a', 'b'])}")
+    return BytesSource("k.csv", ("\n".join(lines) + "\n").encode())
+
+
+async def preload_keyed(store: InMemoryStore) -> None:
+    """Contacts 0–5 hold e-mails 2k and 2k + 1; 6–11 one each; 12–23 are new to the file."""
+    lines = ["nome,cpf,email"]
+    lines += [f"P{k},{cpf(k)},e{2 * k}@x.com" for k in range(6)]
+    lines += [f"P{k},{cpf(k)},e{2 * k + 1}@x.com" for k in range(6)]
+    lines += [f"Q{k},{cpf(100 + k)},e{k}@x.com" for k in range(12, 18)]
+    data = ("\n".join(lines) + "\n").encode()
+    job = await new_job(store, ConflictStrategy.MERGE, 500)
+    await ImportRun(job, BytesSource("p.csv", data), store, PipelineConfig(limits=Limits())).run()
+
+
+async def new_job(
+    store: InMemoryStore,
+    strategy: ConflictStrategy,
+    chunk: int,
+    layout: dict[str, object] | None = None,
+    partitions: int = 3,
+) -> Job:
     job_id = uuid.uuid4()
-    new = NewJob(job_id, 1, None, "c.csv", "csv", strategy.value, chunk, 3)
+    new = NewJob(
+        job_id, 1, None, "c.csv", "csv", strategy.value, chunk, partitions, layout=layout
+    )
     await store.create_job(new, JobStatus.QUEUED)
     return await store.get_job(job_id)
 
 
-async def one_instance(seed: int, strategy: ConflictStrategy, chunk: int) -> InMemoryStore:
+async def one_instance(
+    seed: int, strategy: ConflictStrategy, chunk: int, *, keyed: bool = False
+) -> InMemoryStore:
+    """The reference: one instance, one partition when keyed (every row in line order)."""
     store = InMemoryStore()
-    job = await new_job(store, strategy, chunk)
-    await ImportRun(job, source(seed), store, PipelineConfig(limits=Limits())).run()
+    if keyed:
+        await preload_keyed(store)
+    job = await new_job(
+        store, strategy, chunk, EMAIL_KEY if keyed else None, partitions=1 if keyed else 3
+    )
+    data = keyed_source(seed) if keyed else source(seed)
+    await ImportRun(job, data, store, _config(keyed)).run()
     return store
+
+
+def _config(keyed: bool, **options: float) -> PipelineConfig:
+    layout = parse_layout(EMAIL_KEY) if keyed else None
+    return PipelineConfig(limits=Limits(), layout=layout, **options)  # type: ignore[arg-type]
 
 
 async def fanned_out(
@@ -158,10 +206,14 @@ async def fanned_out(
     store: FlakyStore,
     broker: Broker,
     max_retries: int = 3,
+    *,
+    keyed: bool = False,
 ) -> Job:
-    job = await new_job(store, strategy, chunk)
+    if keyed:
+        await preload_keyed(store)
+    job = await new_job(store, strategy, chunk, EMAIL_KEY if keyed else None)
     leased = replace(job, lease_owner="coordinator")
-    config = PipelineConfig(limits=Limits(), publish_window=3, lane_poll_s=0.001)
+    config = _config(keyed, publish_window=3, lane_poll_s=0.001)
     # Every other instance decodes with the pure codec (no compiled code there): the same.
     handlers = [
         ChunkHandler(
@@ -170,7 +222,8 @@ async def fanned_out(
         )
         for i in range(instances)
     ]
-    run = ImportRun(leased, source(seed), store, config, publisher=broker)
+    data = keyed_source(seed) if keyed else source(seed)
+    run = ImportRun(leased, data, store, config, publisher=broker)
 
     async def instance(handler: ChunkHandler) -> None:
         while True:
@@ -200,6 +253,7 @@ async def fanned_out(
     instances=st.integers(1, 3),
     failure_rate=st.sampled_from([0.0, 0.1, 0.3]),
     duplicate_every=st.sampled_from([0, 3]),
+    keyed=st.booleans(),
 )
 def test_any_instances_and_deliveries_give_the_one_instance_result(
     seed: int,
@@ -208,19 +262,25 @@ def test_any_instances_and_deliveries_give_the_one_instance_result(
     instances: int,
     failure_rate: float,
     duplicate_every: int,
+    keyed: bool,
 ) -> None:
+    """``keyed``: an e-mail-keyed file in three partitions against its one-partition run."""
+
     async def scenario() -> None:
-        expected = await one_instance(seed, strategy, chunk)
+        expected = await one_instance(seed, strategy, chunk, keyed=keyed)
         rng = random.Random(seed)
         store = FlakyStore(rng, failure_rate)
         broker = Broker(rng, duplicate_every=duplicate_every)
         # Retries enough that no chunk is given up at these failure rates.
-        job = await fanned_out(seed, strategy, chunk, instances, store, broker, max_retries=50)
-        assert job.status is JobStatus.COMPLETED_WITH_PLACEHOLDERS
-        (reference,) = expected.jobs.values()
+        job = await fanned_out(
+            seed, strategy, chunk, instances, store, broker, max_retries=50, keyed=keyed
+        )
+        assert job.status is JobStatus.COMPLETED_WITH_PLACEHOLDERS  # "plano" is new
+        *_, reference = expected.jobs.values()
         assert job.counters == reference.counters
         assert job.counters.balanced
-        assert store.model.client_state(1) == expected.model.client_state(1)
+        got, want = store.model.client_state(1), expected.model.client_state(1)
+        assert model_contacts(got) == model_contacts(want)  # created ones: any identity
         assert not broker.dead
         assert not broker.main  # nothing left behind
 
