@@ -153,7 +153,7 @@ def keyed_source(seed: int) -> BytesSource:
 
 
 async def preload_keyed(store: InMemoryStore) -> None:
-    """Contacts 0–5 hold e-mails 2k and 2k + 1; 6–11 one each; 12–23 are new to the file."""
+    """Six contacts hold e0 to e11, two each; six more e12 to e17, one each; e18 to e23 are new."""
     lines = ["nome,cpf,email"]
     lines += [f"P{k},{cpf(k)},e{2 * k}@x.com" for k in range(6)]
     lines += [f"P{k},{cpf(k)},e{2 * k + 1}@x.com" for k in range(6)]
@@ -171,9 +171,7 @@ async def new_job(
     partitions: int = 3,
 ) -> Job:
     job_id = uuid.uuid4()
-    new = NewJob(
-        job_id, 1, None, "c.csv", "csv", strategy.value, chunk, partitions, layout=layout
-    )
+    new = NewJob(job_id, 1, None, "c.csv", "csv", strategy.value, chunk, partitions, layout=layout)
     await store.create_job(new, JobStatus.QUEUED)
     return await store.get_job(job_id)
 
