@@ -141,6 +141,13 @@ class ImportRun:
             await store.clear_row_issues(self.job.id)
         self._validating = validates_first(self.job, done)
         self._groups = await store.key_groups(self.job)
+        if self._groups.canonical or self._groups.whole:
+            log.info(
+                "key_groups",
+                job_id=str(self.job.id),
+                grouped_values=len(self._groups.canonical),
+                whole=self._groups.whole,
+            )
         self._applier = BatchApplier(
             store,
             self.job,

@@ -76,6 +76,7 @@ async def key_groups(
     if kept is not None:
         canonical = dict(zip(kept["key_values"], kept["canonicals"], strict=True))
         return keys.KeyGroups(canonical, kept["whole"])
+    await conn.execute(q["key_group_settings"])
     found = await conn.fetch(
         q["key_group_values"], job.client_id, int(channel), keys.MAX_GROUPED_VALUES + 1
     )

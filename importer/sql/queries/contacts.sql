@@ -202,6 +202,13 @@ RETURNING id;
 SELECT lower(name) AS key, id FROM custom_field
 WHERE client_id = $1 AND lower(name) = ANY(SELECT lower(n) FROM unnest($2::text[]) AS n);
 
+-- name: key_group_settings
+-- In key_group_values' transaction: its aggregate over every value of the client's key channel
+-- (880,001 at 1M rows) spilled to disk in 41 batches at the default work_mem (2.0 s; 1.4 s in
+-- memory), and no JIT (50 ms to compile a statement run once per import).
+SET LOCAL work_mem = '64MB';
+SET LOCAL jit = off;
+
 -- name: key_group_values
 -- A channel key's groups (core.keys.key_groups): the live values of channel $2 of client $1's
 -- live contacts that have more than one, with their contact; at most $3 (past it: whole).
