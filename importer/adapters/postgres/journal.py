@@ -23,27 +23,31 @@ async def write_journal(
     plan: merge.BatchPlan,
     created: Sequence[int],
     field_ids: Mapping[str, int],
+    custom_updates: Sequence[tuple[int, int, str]],
 ) -> None:
-    """Journal what ``plan`` is about to change (call it before the plan's updates)."""
-    customs = [*plan.custom_inserts, *plan.custom_updates]
-    if not (created or plan.contact_updates or customs or plan.detail_inserts):
+    """Journal what ``plan`` is about to change (call it before the plan's updates);
+    ``custom_updates``: the plan's changed custom values by field id (contact, field, value)."""
+    if not (created or plan.contact_updates or plan.custom_inserts or custom_updates) and not (
+        plan.detail_inserts
+    ):
         return
-    ids = sorted({cid for cid, _, _ in plan.contact_updates})
-    values = sorted((cid, field_ids[name.lower()], value) for cid, name, value in customs)
-    details = sorted({(cid, int(d.channel), d.value) for cid, d in plan.detail_inserts})
+    ids = list({cid for cid, _, _ in plan.contact_updates})
+    inserts = [(cid, field_ids[name.lower()], value) for cid, name, value in plan.custom_inserts]
+    details = list({(cid, int(d.channel), d.value) for cid, d in plan.detail_inserts})
     await conn.execute(
         q["journal_batch"],
         job.id,
         *batch,
-        list(created),
+        created,
         ids,
-        *_columns(values),
+        *_columns(inserts),
+        *_columns(custom_updates),
         *_columns(details),
     )
 
 
-def _columns(rows: Sequence[tuple[object, object, object]]) -> list[list[object]]:
+def _columns(rows: Sequence[tuple[object, object, object]]) -> list[Sequence[object]]:
     """Triples as three parameter arrays (empty ones when there are none)."""
     if not rows:
-        return [[], [], []]
-    return [list(column) for column in zip(*rows, strict=True)]
+        return [(), (), ()]
+    return list(zip(*rows, strict=True))
