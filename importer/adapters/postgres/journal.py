@@ -34,14 +34,11 @@ async def write_journal(
     ids = list({cid for cid, _, _ in plan.contact_updates})
     inserts = [(cid, field_ids[name.lower()], value) for cid, name, value in plan.custom_inserts]
     details = list({(cid, int(d.channel), d.value) for cid, d in plan.detail_inserts})
-    stored = {*ids, *(r[0] for r in inserts), *(r[0] for r in custom_updates)}
-    stored.update(r[0] for r in details)
     await conn.execute(
         q["journal_batch"],
         job.id,
         *batch,
         created,
-        list(stored),
         ids,
         *_columns(inserts),
         *_columns(custom_updates),

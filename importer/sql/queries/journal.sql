@@ -6,18 +6,14 @@
 
 -- name: journal_batch
 -- Batch ($2, $3, $4: chunk, partition, part) of import $1: the ids of the contacts it creates
--- ($5); of the stored contacts it touches ($6, each once: read once, by primary key), the rows
--- before it of those ($7) whose name or address it changes; their custom values it inserts
--- ($8, $9, $10 pairwise: contact, field, value; none before) or changes ($11, $12, $13), the
--- value before (NULL: none) and after; the channels it adds to them ($14, $15, $16: contact,
--- channel, value). after_at: now(), the updated_at update_contacts gives them. No row when the
--- batch changes nothing of the kind. (Each array_agg of a subquery sees its rows in the same
--- order: the arrays pair up.)
-WITH stored AS MATERIALIZED (
-    SELECT c.id, c.name, c.street_address, c.updated_at
-    FROM contact c
-    WHERE c.id = ANY($6::bigint[]) AND c.import_job_id IS DISTINCT FROM $1
-)
+-- ($5); the rows before it of the stored contacts ($6) whose name or address it changes; their
+-- custom values it inserts ($7, $8, $9 pairwise: contact, field, value; none before) or
+-- changes ($10, $11, $12), the value before and after; the channels it adds to them ($13, $14,
+-- $15: contact, channel, value). after_at: now(), the updated_at update_contacts gives them. No
+-- row when the batch changes nothing of the kind. (Each array_agg of a subquery sees its rows
+-- in the same order: the arrays pair up.) Every look-up is by primary key, one per value: the
+-- contact's (not one of this import's) behind OFFSET 0, so that no plan — a generic one with
+-- its guesses of the arrays' sizes among them — joins the values to the contacts otherwise.
 INSERT INTO import_journal (job_id, chunk_no, partition, part, after_at, created,
                             contact_ids, names, street_addresses, updated_ats,
                             custom_contacts, custom_fields, custom_befores, custom_afters,
@@ -29,30 +25,37 @@ SELECT $1, $2, $3, $4, now(), $5::bigint[],
        coalesce(v.afters, '{}'),
        coalesce(d.contacts, '{}'), coalesce(d.channels, '{}'), coalesce(d.vals, '{}')
 FROM (
-    SELECT array_agg(s.id) AS ids, array_agg(s.name) AS names,
-           array_agg(s.street_address) AS addresses, array_agg(s.updated_at) AS updated_ats
-    FROM unnest($7::bigint[]) AS u (id)
-    JOIN stored s ON s.id = u.id
+    SELECT array_agg(c.id) AS ids, array_agg(c.name) AS names,
+           array_agg(c.street_address) AS addresses, array_agg(c.updated_at) AS updated_ats
+    FROM contact c
+    WHERE c.id = ANY($6::bigint[]) AND c.import_job_id IS DISTINCT FROM $1
 ) AS k, (
     SELECT array_agg(u.contact_id) AS contacts, array_agg(u.custom_field_id) AS fields,
            array_agg(u.before) AS befores, array_agg(u.value) AS afters
     FROM (
         SELECT i.contact_id, i.custom_field_id, NULL::text AS before, i.value
-        FROM unnest($8::bigint[], $9::int[], $10::text[])
+        FROM unnest($7::bigint[], $8::int[], $9::text[])
             AS i (contact_id, custom_field_id, value)
         UNION ALL
-        SELECT c.contact_id, c.custom_field_id, x.value, c.value
-        FROM unnest($11::bigint[], $12::int[], $13::text[])
+        SELECT c.contact_id, c.custom_field_id,
+               (SELECT x.value FROM contact_custom_fields x
+                WHERE x.contact_id = c.contact_id AND x.custom_field_id = c.custom_field_id),
+               c.value
+        FROM unnest($10::bigint[], $11::int[], $12::text[])
             AS c (contact_id, custom_field_id, value)
-        LEFT JOIN contact_custom_fields x
-               ON x.contact_id = c.contact_id AND x.custom_field_id = c.custom_field_id
     ) AS u
-    JOIN stored s ON s.id = u.contact_id
+    CROSS JOIN LATERAL (
+        SELECT FROM contact c
+        WHERE c.id = u.contact_id AND c.import_job_id IS DISTINCT FROM $1 OFFSET 0
+    ) AS stored
 ) AS v, (
     SELECT array_agg(u.contact_id) AS contacts, array_agg(u.channel_id) AS channels,
            array_agg(u.value) AS vals
-    FROM unnest($14::bigint[], $15::smallint[], $16::text[]) AS u (contact_id, channel_id, value)
-    JOIN stored s ON s.id = u.contact_id
+    FROM unnest($13::bigint[], $14::smallint[], $15::text[]) AS u (contact_id, channel_id, value)
+    CROSS JOIN LATERAL (
+        SELECT FROM contact c
+        WHERE c.id = u.contact_id AND c.import_job_id IS DISTINCT FROM $1 OFFSET 0
+    ) AS stored
 ) AS d
 WHERE cardinality($5::bigint[]) > 0 OR k.ids IS NOT NULL OR v.contacts IS NOT NULL
    OR d.contacts IS NOT NULL
