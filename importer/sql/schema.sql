@@ -285,53 +285,100 @@ ALTER TABLE import_job ADD COLUMN IF NOT EXISTS purged_at timestamptz;
 CREATE INDEX IF NOT EXISTS import_job_retention_idx ON import_job (finished_at)
     WHERE purged_at IS NULL AND finished_at IS NOT NULL;
 
--- Undo (issue 15): each batch journals, in its own transaction, what it changes of the contacts
--- that existed before the import (the contacts it creates carry its id: contact.import_job_id,
--- and its replace's soft-deleted details are in import_merge_mark.replaced). A contact's row
--- before the import's first change of it, and after its last (the undo refuses when another
--- writer changed it since); a custom value before (NULL: none) and after; a channel it added.
-CREATE TABLE IF NOT EXISTS import_journal_contact (
-    job_id                uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
-    contact_id            bigint NOT NULL,
-    name                  text,
-    street_address        text,
-    updated_at            timestamptz NOT NULL,
-    after_updated_at      timestamptz NOT NULL,
-    PRIMARY KEY (job_id, contact_id)
-);
-
-CREATE TABLE IF NOT EXISTS import_journal_custom (
-    job_id           uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
-    contact_id       bigint NOT NULL,
-    custom_field_id  integer NOT NULL,
-    before           text,
-    after            text NOT NULL,
-    PRIMARY KEY (job_id, contact_id, custom_field_id)
-);
-
-CREATE TABLE IF NOT EXISTS import_journal_detail (
-    job_id      uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
-    contact_id  bigint NOT NULL,
-    channel_id  smallint NOT NULL,
-    value       text COLLATE "C" NOT NULL,
-    PRIMARY KEY (job_id, contact_id, channel_id, value)
-);
-
--- The contacts each batch created (their ids: the undo's slices, and no index on
--- contact.import_job_id to slow every import's inserts).
-CREATE TABLE IF NOT EXISTS import_journal_created (
-    job_id      uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
-    chunk_no    integer NOT NULL,
-    partition   integer NOT NULL,
-    part        integer NOT NULL,
-    ids         bigint[] NOT NULL,
+-- Undo (issue 15): each batch journals, in its own transaction and in one row (one statement, no
+-- per-contact index: a row per contact with two indexes cost the import a third), what it
+-- changes of the contacts that existed before the import (the contacts it creates carry its
+-- id: contact.import_job_id, and its replace's soft-deleted details are in
+-- import_merge_mark.replaced). Pairwise arrays: the ids of the contacts it created; the rows
+-- (id, name, street_address, updated_at) before it of the stored contacts whose name or address
+-- it changes, and after_at, the batch transaction's now() (their updated_at after it); the custom
+-- values it inserts or changes (contact, field, the value before — NULL: none — and after); the
+-- channels it adds to stored contacts. The undo restores the rows newest batch first (the
+-- batches of a key partition apply in chunk order and touch only its contacts), so each
+-- contact ends at its first before-image, and deletes each row it restored: what is left is its
+-- ledger. after_at and the last batch's values are the after-images its conflict check compares.
+-- The arrays go to TOAST compressed by lz4, several times cheaper than the default pglz.
+CREATE TABLE IF NOT EXISTS import_journal (
+    job_id            uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
+    chunk_no          integer NOT NULL,
+    partition         integer NOT NULL,
+    part              integer NOT NULL,
+    after_at          timestamptz NOT NULL,
+    created           bigint[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
+    contact_ids       bigint[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
+    names             text[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
+    street_addresses  text[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
+    updated_ats       timestamptz[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
+    custom_contacts   bigint[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
+    custom_fields     integer[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
+    custom_befores    text[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
+    custom_afters     text[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
+    detail_contacts   bigint[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
+    detail_channels   smallint[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
+    detail_values     text[] COMPRESSION lz4 COLLATE "C" NOT NULL DEFAULT '{}',
     PRIMARY KEY (job_id, chunk_no, partition, part)
 );
 
--- Which imports journaled another import's contacts (the undo's conflict check), by contact.
-CREATE INDEX IF NOT EXISTS import_journal_contact_contact_idx ON import_journal_contact (contact_id);
-CREATE INDEX IF NOT EXISTS import_journal_custom_contact_idx ON import_journal_custom (contact_id);
-CREATE INDEX IF NOT EXISTS import_journal_detail_contact_idx ON import_journal_detail (contact_id);
+-- The journal before it (four tables: a row per contact changed, per custom value, per channel
+-- added, per batch's created ids) becomes import_journal rows, then its tables go.
+-- A job's created ids keep their batch; its contacts' before-images (the first) go into one row
+-- per after-image they had (the last batch that changed each: its transaction's now()), its
+-- custom values and channels into the first of those, all before its batches (chunk_no < 0:
+-- restored last; the rows of one contact are never in two of them). One statement: a repeat
+-- finds no old table and does nothing.
+DO $$
+BEGIN
+    IF to_regclass('import_journal_created') IS NOT NULL
+       AND to_regclass('import_journal_contact') IS NOT NULL
+       AND to_regclass('import_journal_custom') IS NOT NULL
+       AND to_regclass('import_journal_detail') IS NOT NULL THEN
+        INSERT INTO import_journal (job_id, chunk_no, partition, part, after_at, created)
+        SELECT r.job_id, r.chunk_no, r.partition, r.part, j.updated_at, r.ids
+        FROM import_journal_created r JOIN import_job j ON j.id = r.job_id
+        ON CONFLICT DO NOTHING;
+        WITH images AS (
+            SELECT job_id, after_updated_at, -dense_rank() OVER (
+                       PARTITION BY job_id ORDER BY after_updated_at) AS chunk_no
+            FROM import_journal_contact GROUP BY job_id, after_updated_at
+        ),
+        jobs AS (  -- every job with old rows; each one's first row: -1
+            SELECT job_id FROM import_journal_contact
+            UNION SELECT job_id FROM import_journal_custom
+            UNION SELECT job_id FROM import_journal_detail
+        )
+        INSERT INTO import_journal (job_id, chunk_no, partition, part, after_at, contact_ids,
+                                    names, street_addresses, updated_ats)
+        SELECT coalesce(i.job_id, o.job_id), coalesce(i.chunk_no, -1), 0, 1,
+               coalesce(i.after_updated_at, j.updated_at),
+               coalesce(c.ids, '{}'), coalesce(c.names, '{}'), coalesce(c.addresses, '{}'),
+               coalesce(c.updated_ats, '{}')
+        FROM jobs o
+        JOIN import_job j ON j.id = o.job_id
+        LEFT JOIN images i ON i.job_id = o.job_id
+        LEFT JOIN LATERAL (
+            SELECT array_agg(x.contact_id) AS ids, array_agg(x.name) AS names,
+                   array_agg(x.street_address) AS addresses, array_agg(x.updated_at) AS updated_ats
+            FROM import_journal_contact x
+            WHERE x.job_id = i.job_id AND x.after_updated_at = i.after_updated_at
+        ) c ON true
+        ON CONFLICT DO NOTHING;
+        UPDATE import_journal r
+        SET custom_contacts = v.contacts, custom_fields = v.fields, custom_befores = v.befores,
+            custom_afters = v.afters
+        FROM (SELECT job_id, array_agg(contact_id) AS contacts, array_agg(custom_field_id) AS fields,
+                     array_agg(before) AS befores, array_agg(after) AS afters
+              FROM import_journal_custom GROUP BY job_id) v
+        WHERE r.job_id = v.job_id AND r.chunk_no = -1 AND r.partition = 0 AND r.part = 1;
+        UPDATE import_journal r
+        SET detail_contacts = d.contacts, detail_channels = d.channels, detail_values = d.vals
+        FROM (SELECT job_id, array_agg(contact_id) AS contacts, array_agg(channel_id) AS channels,
+                     array_agg(value) AS vals
+              FROM import_journal_detail GROUP BY job_id) d
+        WHERE r.job_id = d.job_id AND r.chunk_no = -1 AND r.partition = 0 AND r.part = 1;
+    END IF;
+END $$;
+DROP TABLE IF EXISTS import_journal_contact, import_journal_custom, import_journal_detail,
+    import_journal_created;
 
 -- Invalid rows and warnings, with the 1-based physical line where the record starts.
 CREATE TABLE IF NOT EXISTS import_row_error (

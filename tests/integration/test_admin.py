@@ -278,6 +278,6 @@ async def test_remove_data_of_an_email_keyed_import_removes_its_contacts_without
     )
     assert live[0]["n"] == 0
     journal = await fetch(
-        env.dsn, "SELECT count(*) AS n FROM import_journal_created WHERE job_id = $1", job_id
+        env.dsn, "SELECT count(*) AS n FROM import_journal WHERE job_id = $1", job_id
     )
     assert journal[0]["n"] == 0  # the journal goes with the data

@@ -74,8 +74,10 @@ async def _counts(env: Env, job_id: object) -> tuple[int, int, int]:
     rows = await fetch(
         env.dsn,
         "SELECT (SELECT count(*) FROM import_row_error WHERE job_id = $1 AND value IS NOT NULL)"
-        " AS raw, (SELECT count(*) FROM import_journal_created WHERE job_id = $1) AS created,"
-        " (SELECT count(*) FROM import_journal_contact WHERE job_id = $1) AS journaled",
+        " AS raw, (SELECT count(*) FROM import_journal WHERE job_id = $1"
+        " AND cardinality(created) > 0) AS created,"
+        " (SELECT count(*) FROM import_journal WHERE job_id = $1"
+        " AND cardinality(created) = 0) AS journaled",
         job_id,
     )
     return rows[0]["raw"], rows[0]["created"], rows[0]["journaled"]

@@ -354,8 +354,13 @@ class PostgresBatches:
         client = job.client_id
         ids = await self._contact_ids(conn, len(plan.new_contacts))
         field_ids = self._client_field_ids(client)
+        custom_updates = sorted(  # one lock order for every writer
+            (cid, field_ids[name.lower()], value) for cid, name, value in plan.custom_updates
+        )
         if job.journaled:
-            await journal.write_journal(conn, self._q, job, batch, plan, ids, field_ids)
+            await journal.write_journal(
+                conn, self._q, job, batch, plan, ids, field_ids, custom_updates
+            )
         # Let the event loop serve others (HTTP requests in `importer serve`) before the batch's
         # rows are encoded: several milliseconds of work.
         await asyncio.sleep(0)
@@ -369,7 +374,7 @@ class PostgresBatches:
             for (table, columns, kinds), rows in zip(_PLAN_TABLES, all_rows, strict=True):
                 if rows:
                     await self._copy(conn, table, columns, kinds, rows)
-        await self._update_stored(conn, client, plan)
+        await self._update_stored(conn, plan, custom_updates)
         if plan.marks or plan.detail_revivals:
             await self._write_provenance(conn, job, plan)
         if job.journey_id is not None:
@@ -392,17 +397,17 @@ class PostgresBatches:
                 self._q["join_journey"], job.id, job.client_id, list(contact_ids), list(values)
             )
 
-    async def _update_stored(self, conn: Conn, client: int, plan: merge.BatchPlan) -> None:
+    async def _update_stored(
+        self, conn: Conn, plan: merge.BatchPlan, custom_updates: Sequence[tuple[int, int, str]]
+    ) -> None:
+        """MERGE's changes of stored contacts; ``custom_updates``: (contact, field id, value),
+        sorted (one lock order for every writer)."""
         if plan.contact_updates:
             ids, names, addresses = zip(*plan.contact_updates, strict=True)
             await conn.execute(self._q["update_contacts"], ids, names, addresses)
-        if plan.custom_updates:
-            field_ids = self._client_field_ids(client)
-            values = sorted(  # one lock order for every writer
-                (cid, field_ids[name.lower()], value) for cid, name, value in plan.custom_updates
-            )
+        if custom_updates:
             await conn.execute(
-                self._q["update_custom_values"], *map(list, zip(*values, strict=True))
+                self._q["update_custom_values"], *map(list, zip(*custom_updates, strict=True))
             )
 
     async def _write_provenance(self, conn: Conn, job: Job, plan: merge.BatchPlan) -> None:

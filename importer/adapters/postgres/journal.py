@@ -1,7 +1,7 @@
 """The undo journal of a batch (issue 15), written in the batch's transaction: the before-image
 of every stored contact's value the batch changes, the channels it adds to them, and the ids
-of the contacts it creates (``queries/journal.sql``). A few set-based statements per batch,
-only for what the batch does to contacts that existed before the import.
+of the contacts it creates — one ``import_journal`` row per batch, in one statement
+(``queries/journal.sql``), only when the batch creates contacts or changes stored ones.
 """
 
 from __future__ import annotations
@@ -23,17 +23,31 @@ async def write_journal(
     plan: merge.BatchPlan,
     created: Sequence[int],
     field_ids: Mapping[str, int],
+    custom_updates: Sequence[tuple[int, int, str]],
 ) -> None:
-    """Journal what ``plan`` is about to change (call it before the plan's updates)."""
-    if created:
-        await conn.execute(q["journal_created"], job.id, *batch, list(created))
-    if plan.contact_updates:
-        ids = sorted({cid for cid, _, _ in plan.contact_updates})
-        await conn.execute(q["journal_contacts"], job.id, ids)
-    customs = [*plan.custom_inserts, *plan.custom_updates]
-    if customs:
-        rows = sorted((cid, field_ids[name.lower()], value) for cid, name, value in customs)
-        await conn.execute(q["journal_customs"], job.id, *map(list, zip(*rows, strict=True)))
-    if plan.detail_inserts:
-        details = sorted({(cid, int(d.channel), d.value) for cid, d in plan.detail_inserts})
-        await conn.execute(q["journal_details"], job.id, *map(list, zip(*details, strict=True)))
+    """Journal what ``plan`` is about to change (call it before the plan's updates);
+    ``custom_updates``: the plan's changed custom values by field id (contact, field, value)."""
+    if not (created or plan.contact_updates or plan.custom_inserts or custom_updates) and not (
+        plan.detail_inserts
+    ):
+        return
+    ids = list({cid for cid, _, _ in plan.contact_updates})
+    inserts = [(cid, field_ids[name.lower()], value) for cid, name, value in plan.custom_inserts]
+    details = list({(cid, int(d.channel), d.value) for cid, d in plan.detail_inserts})
+    await conn.execute(
+        q["journal_batch"],
+        job.id,
+        *batch,
+        created,
+        ids,
+        *_columns(inserts),
+        *_columns(custom_updates),
+        *_columns(details),
+    )
+
+
+def _columns(rows: Sequence[tuple[object, object, object]]) -> list[Sequence[object]]:
+    """Triples as three parameter arrays (empty ones when there are none)."""
+    if not rows:
+        return [(), (), ()]
+    return list(zip(*rows, strict=True))

@@ -1,6 +1,7 @@
 """An import's undo on PostgreSQL (issue 15): the decision on the locked job row, the conflict
-check, then one bounded slice per transaction from the journal (``queries/undo.sql``), each
-slice consuming the journal rows it restores — what is left is the undo's ledger.
+check, then one bounded slice per transaction from the journal (``queries/undo.sql``): a
+batch's journal row, newest batch first, then the merge marks; each slice consumes the journal
+rows it restores — what is left is the undo's ledger.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from importer.core.errors import JobNotFoundError, UndoConflictError
 from importer.core.models import JobStatus
 from importer.sql import queries
 
-SLICE_ROWS = 5000  # journal rows a slice restores (a batch's created contacts: one batch)
+SLICE_ROWS = 5000  # merge marks a slice restores (the journal: one batch's row per slice)
 CONFLICTS_SHOWN = 100
 
 
@@ -30,10 +31,7 @@ class PostgresUndo:
         self._retention_days = retention_days
         # The journal's parts, in the order their slices run (query, takes the slice's size).
         self._steps = (
-            (self._q["undo_created"], False),  # one batch's created contacts
-            (self._q["undo_contacts"], True),
-            (self._q["undo_customs"], True),
-            (self._q["undo_details"], True),
+            (self._q["undo_batch"], False),  # one batch's row, the newest left
             (self._q["undo_replaced"], True),
         )
 

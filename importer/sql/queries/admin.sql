@@ -92,10 +92,10 @@ SELECT (SELECT count(*) FROM removed) AS contacts, (SELECT count(*) FROM details
 
 -- name: remove_job_contacts_without_cpf
 -- remove_job_contacts for the contacts without a CPF/CNPJ the import created (an import keyed
--- by a channel, core.keys), found by the ids its batches journaled (import_journal_created).
+-- by a channel, core.keys), found by the ids its batches journaled (import_journal.created).
 WITH removed AS (
     UPDATE contact SET deleted_at = $3, updated_at = $3
-    WHERE id = ANY(ARRAY(SELECT unnest(ids) FROM import_journal_created WHERE job_id = $1))
+    WHERE id = ANY(ARRAY(SELECT unnest(created) FROM import_journal WHERE job_id = $1))
       AND client_id = $2 AND cpf_cnpj IS NULL AND import_job_id = $1 AND deleted_at IS NULL
     RETURNING id
 ),
@@ -127,17 +127,8 @@ row_errors AS (
 marks AS (
     DELETE FROM import_merge_mark WHERE job_id = $1
 ),
-journal_contacts AS (
-    DELETE FROM import_journal_contact WHERE job_id = $1
-),
-journal_customs AS (
-    DELETE FROM import_journal_custom WHERE job_id = $1
-),
-journal_details AS (
-    DELETE FROM import_journal_detail WHERE job_id = $1
-),
-journal_created AS (
-    DELETE FROM import_journal_created WHERE job_id = $1
+journal AS (
+    DELETE FROM import_journal WHERE job_id = $1
 ),
 duplicates AS (
     DELETE FROM import_duplicate WHERE job_id = $1

@@ -26,23 +26,12 @@ raw_values AS (
 duplicates AS (
     DELETE FROM import_duplicate d USING job j WHERE d.job_id = j.id RETURNING 1
 ),
-journal_contacts AS (
-    DELETE FROM import_journal_contact x USING job j WHERE x.job_id = j.id RETURNING 1
-),
-journal_customs AS (
-    DELETE FROM import_journal_custom x USING job j WHERE x.job_id = j.id RETURNING 1
-),
-journal_details AS (
-    DELETE FROM import_journal_detail x USING job j WHERE x.job_id = j.id RETURNING 1
-),
-journal_created AS (
-    DELETE FROM import_journal_created x USING job j WHERE x.job_id = j.id RETURNING 1
+journal AS (  -- one row per batch
+    DELETE FROM import_journal x USING job j WHERE x.job_id = j.id RETURNING 1
 ),
 marks AS (
     DELETE FROM import_merge_mark x USING job j WHERE x.job_id = j.id RETURNING 1
 )
 SELECT (SELECT count(*) FROM job) AS jobs,
        (SELECT count(*) FROM raw_values) + (SELECT count(*) FROM duplicates) AS raw_values,
-       (SELECT count(*) FROM journal_contacts) + (SELECT count(*) FROM journal_customs)
-       + (SELECT count(*) FROM journal_details) + (SELECT count(*) FROM journal_created)
-       + (SELECT count(*) FROM marks) AS journal_rows;
+       (SELECT count(*) FROM journal) + (SELECT count(*) FROM marks) AS journal_rows;

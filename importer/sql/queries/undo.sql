@@ -1,5 +1,6 @@
 -- Undo (issue 15): an ended import's changes taken back from its journal (queries/journal.sql),
--- one bounded slice per transaction, each slice consuming the journal rows it restores: what is
+-- one bounded slice per transaction (a batch's journal row, newest first; then the merge
+-- marks), each slice consuming the journal rows it restores: what is
 -- left of the journal is the undo's ledger, so a stopped undo resumes where it was. Named
 -- queries, loaded once with every queries/*.sql.
 
@@ -16,29 +17,62 @@ FOR UPDATE;
 -- name: undo_conflicts
 -- The contacts of import $1 that another writer changed since it ended ($2: its end), with the
 -- other imports whose journals name them (an empty list: another writer), the first $3 by id.
-WITH changed AS (
-    SELECT j.contact_id FROM import_journal_contact j
-    JOIN contact c ON c.id = j.contact_id
-    WHERE j.job_id = $1 AND (c.updated_at <> j.after_updated_at OR c.deleted_at IS NOT NULL)
+-- A contact's after-image is its last batch's (ord: the batches' apply order, see undo_batch). The
+-- other imports' journals are the client's (found by the job's client), unnested: a hash join
+-- on this rare path, no per-contact index on every import's.
+WITH batches AS MATERIALIZED (
+    SELECT j.*, (j.chunk_no, j.partition,
+                 j.part::bigint << (32 - length(ltrim(j.part::bit(32)::text, '0')))) AS ord
+    FROM import_journal j WHERE j.job_id = $1
+),
+contacts AS (
+    SELECT DISTINCT ON (u.id) u.id, b.after_at
+    FROM batches b CROSS JOIN LATERAL unnest(b.contact_ids) AS u (id)
+    ORDER BY u.id, b.ord DESC
+),
+customs AS (
+    SELECT DISTINCT ON (u.contact_id, u.custom_field_id) u.contact_id, u.custom_field_id, u.after
+    FROM batches b
+    CROSS JOIN LATERAL unnest(b.custom_contacts, b.custom_fields, b.custom_afters)
+        AS u (contact_id, custom_field_id, after)
+    ORDER BY u.contact_id, u.custom_field_id, b.ord DESC
+),
+others AS MATERIALIZED (  -- (import, contact, what) of the client's other imports' journals
+    SELECT o.job_id, u.contact_id, u.what
+    FROM import_job me
+    JOIN import_job oj ON oj.client_id = me.client_id AND oj.id <> me.id
+    JOIN import_journal o ON o.job_id = oj.id
+    CROSS JOIN LATERAL (
+        SELECT x, 'contact' FROM unnest(o.contact_ids) AS x
+        UNION ALL SELECT x, 'custom' FROM unnest(o.custom_contacts) AS x
+        UNION ALL SELECT x, 'detail' FROM unnest(o.detail_contacts) AS x
+    ) AS u (contact_id, what)
+    WHERE me.id = $1
+),
+changed AS (
+    SELECT k.id AS contact_id FROM contacts k
+    JOIN contact c ON c.id = k.id
+    WHERE c.updated_at <> k.after_at OR c.deleted_at IS NOT NULL
     UNION
-    SELECT j.contact_id FROM import_journal_custom j
+    SELECT k.contact_id FROM customs k
     LEFT JOIN contact_custom_fields v
-           ON v.contact_id = j.contact_id AND v.custom_field_id = j.custom_field_id
-    WHERE j.job_id = $1 AND v.value IS DISTINCT FROM j.after
+           ON v.contact_id = k.contact_id AND v.custom_field_id = k.custom_field_id
+    WHERE v.value IS DISTINCT FROM k.after
     UNION
-    SELECT j.contact_id FROM import_journal_detail j
-    WHERE j.job_id = $1 AND NOT EXISTS (
+    SELECT u.contact_id
+    FROM batches b
+    CROSS JOIN LATERAL unnest(b.detail_contacts, b.detail_channels, b.detail_values)
+        AS u (contact_id, channel_id, value)
+    WHERE NOT EXISTS (
         SELECT 1 FROM contact_details d
-        WHERE d.contact_id = j.contact_id AND d.channel_id = j.channel_id AND d.value = j.value
+        WHERE d.contact_id = u.contact_id AND d.channel_id = u.channel_id AND d.value = u.value
           AND d.deleted_at IS NULL)
     UNION
-    SELECT c.id FROM import_journal_created r
-    CROSS JOIN LATERAL unnest(r.ids) AS u (id)
+    SELECT c.id FROM batches b
+    CROSS JOIN LATERAL unnest(b.created) AS u (id)
     JOIN contact c ON c.id = u.id
-    WHERE r.job_id = $1 AND (c.updated_at > $2 OR c.deleted_at IS NOT NULL OR EXISTS (
-        SELECT 1 FROM import_journal_custom o WHERE o.contact_id = c.id AND o.job_id <> $1
-        UNION ALL
-        SELECT 1 FROM import_journal_detail o WHERE o.contact_id = c.id AND o.job_id <> $1))
+    WHERE c.updated_at > $2 OR c.deleted_at IS NOT NULL OR c.id IN (
+        SELECT contact_id FROM others WHERE what <> 'contact')
 ),
 first AS (
     SELECT contact_id FROM changed ORDER BY contact_id LIMIT $3
@@ -46,13 +80,7 @@ first AS (
 SELECT f.contact_id,
        coalesce(array_agg(DISTINCT o.job_id) FILTER (WHERE o.job_id IS NOT NULL), '{}') AS imports
 FROM first f
-LEFT JOIN (
-    SELECT contact_id, job_id FROM import_journal_contact WHERE job_id <> $1
-    UNION ALL
-    SELECT contact_id, job_id FROM import_journal_custom WHERE job_id <> $1
-    UNION ALL
-    SELECT contact_id, job_id FROM import_journal_detail WHERE job_id <> $1
-) AS o ON o.contact_id = f.contact_id
+LEFT JOIN others o ON o.contact_id = f.contact_id
 GROUP BY f.contact_id
 ORDER BY f.contact_id;
 
@@ -62,90 +90,79 @@ UPDATE import_job SET status = 'undoing', updated_at = now()
 WHERE id = $1 AND status = ANY($2::text[])
 RETURNING id;
 
--- name: undo_created
--- One batch's created contacts soft-deleted with their live channels (the oldest batch left).
+-- name: undo_batch
+-- The newest batch row left of import $1's journal (the batches' apply order: chunk, partition,
+-- then the pieces of a split batch in the order they applied — part p's halves are 2p, 2p + 1,
+-- so p shifted to 32 bits orders them), consumed and restored: its created contacts
+-- soft-deleted with their live channels; its stored contacts back to their rows before it
+-- (name, address, updated_at); its custom values back to the value before, or deleted (none);
+-- the channels it added deleted. Newest first, each contact ends at its first before-image.
+-- The statement's parts touch distinct rows (created contacts are never journaled as stored).
 WITH slice AS (
-    DELETE FROM import_journal_created
+    DELETE FROM import_journal
     WHERE (job_id, chunk_no, partition, part) = (
-        SELECT job_id, chunk_no, partition, part FROM import_journal_created
-        WHERE job_id = $1 ORDER BY chunk_no, partition, part LIMIT 1)
-    RETURNING ids
+        SELECT job_id, chunk_no, partition, part FROM import_journal
+        WHERE job_id = $1
+        ORDER BY chunk_no DESC, partition DESC,
+                 part::bigint << (32 - length(ltrim(part::bit(32)::text, '0'))) DESC
+        LIMIT 1)
+    RETURNING *
 ),
 removed AS (
     UPDATE contact c SET deleted_at = now(), updated_at = now()
     FROM slice s
-    WHERE c.id = ANY(s.ids) AND c.import_job_id = $1 AND c.deleted_at IS NULL
+    WHERE c.id = ANY(s.created) AND c.import_job_id = $1 AND c.deleted_at IS NULL
     RETURNING c.id
 ),
-details AS (
+removed_details AS (
     UPDATE contact_details d SET deleted_at = now()
     FROM removed r
     WHERE d.contact_id = r.id AND d.deleted_at IS NULL
     RETURNING d.id
-)
-SELECT (SELECT count(*) FROM slice) AS slices, (SELECT count(*) FROM removed) AS contacts;
-
--- name: undo_contacts
--- Up to $2 journaled contacts back to their rows before the import (name, address, updated_at).
-WITH slice AS (
-    DELETE FROM import_journal_contact
-    WHERE (job_id, contact_id) IN (
-        SELECT job_id, contact_id FROM import_journal_contact
-        WHERE job_id = $1 ORDER BY contact_id LIMIT $2)
-    RETURNING contact_id, name, street_address, updated_at
 ),
 restored AS (
     UPDATE contact c
-    SET name = s.name, street_address = s.street_address, updated_at = s.updated_at
+    SET name = u.name, street_address = u.street_address, updated_at = u.updated_at
     FROM slice s
-    WHERE c.id = s.contact_id
+    CROSS JOIN LATERAL unnest(s.contact_ids, s.names, s.street_addresses, s.updated_ats)
+        AS u (id, name, street_address, updated_at)
+    WHERE c.id = u.id
     RETURNING c.id
-)
-SELECT (SELECT count(*) FROM slice) AS slices, (SELECT count(*) FROM restored) AS contacts;
-
--- name: undo_customs
--- Up to $2 journaled custom values back: the value before, or no value (the row deleted).
-WITH slice AS (
-    DELETE FROM import_journal_custom
-    WHERE (job_id, contact_id, custom_field_id) IN (
-        SELECT job_id, contact_id, custom_field_id FROM import_journal_custom
-        WHERE job_id = $1 ORDER BY contact_id, custom_field_id LIMIT $2)
-    RETURNING contact_id, custom_field_id, before
 ),
-restored AS (
-    UPDATE contact_custom_fields v SET value = s.before
+customs AS (
+    SELECT u.contact_id, u.custom_field_id, u.before
     FROM slice s
-    WHERE s.before IS NOT NULL AND v.contact_id = s.contact_id
-      AND v.custom_field_id = s.custom_field_id
+    CROSS JOIN LATERAL unnest(s.custom_contacts, s.custom_fields, s.custom_befores)
+        AS u (contact_id, custom_field_id, before)
+),
+customs_restored AS (
+    UPDATE contact_custom_fields v SET value = k.before
+    FROM customs k
+    WHERE k.before IS NOT NULL AND v.contact_id = k.contact_id
+      AND v.custom_field_id = k.custom_field_id
     RETURNING v.id
 ),
-removed AS (
+customs_removed AS (
     DELETE FROM contact_custom_fields v
-    USING slice s
-    WHERE s.before IS NULL AND v.contact_id = s.contact_id
-      AND v.custom_field_id = s.custom_field_id
+    USING customs k
+    WHERE k.before IS NULL AND v.contact_id = k.contact_id
+      AND v.custom_field_id = k.custom_field_id
     RETURNING v.id
-)
-SELECT (SELECT count(*) FROM slice) AS slices,
-       (SELECT count(*) FROM restored) + (SELECT count(*) FROM removed) AS contacts;
-
--- name: undo_details
--- Up to $2 channels the import added to stored contacts, deleted (they were not there).
-WITH slice AS (
-    DELETE FROM import_journal_detail
-    WHERE (job_id, contact_id, channel_id, value) IN (
-        SELECT job_id, contact_id, channel_id, value FROM import_journal_detail
-        WHERE job_id = $1 ORDER BY contact_id, channel_id, value LIMIT $2)
-    RETURNING contact_id, channel_id, value
 ),
-removed AS (
+details_removed AS (
     DELETE FROM contact_details d
     USING slice s
-    WHERE d.contact_id = s.contact_id AND d.channel_id = s.channel_id AND d.value = s.value
+    CROSS JOIN LATERAL unnest(s.detail_contacts, s.detail_channels, s.detail_values)
+        AS u (contact_id, channel_id, value)
+    WHERE d.contact_id = u.contact_id AND d.channel_id = u.channel_id AND d.value = u.value
       AND d.deleted_at IS NULL
     RETURNING d.id
 )
-SELECT (SELECT count(*) FROM slice) AS slices, (SELECT count(*) FROM removed) AS contacts;
+SELECT (SELECT count(*) FROM slice) AS slices,
+       (SELECT count(*) FROM removed) + (SELECT count(*) FROM restored) AS contacts,
+       (SELECT count(*) FROM customs_restored) + (SELECT count(*) FROM customs_removed)
+       + (SELECT count(*) FROM details_removed) + (SELECT count(*) FROM removed_details)
+       AS values_undone;
 
 -- name: undo_replaced
 -- Up to $2 of the import's merge marks gone, the details its replace soft-deleted live again.
