@@ -11,8 +11,8 @@ LIMIT $3;
 
 -- name: purge_job
 -- One import's personal data, in one transaction: the raw values of its error report (the
--- lines and reasons stay), its duplicate report, its undo journal and merge marks; then the
--- job says when ($2). A repeat purges nothing more.
+-- lines and reasons stay), its duplicate report, a channel key's groups, its undo journal and
+-- merge marks; then the job says when ($2). A repeat purges nothing more.
 WITH job AS (
     UPDATE import_job SET purged_at = $2, updated_at = $2
     WHERE id = $1 AND purged_at IS NULL
@@ -26,6 +26,9 @@ raw_values AS (
 duplicates AS (
     DELETE FROM import_duplicate d USING job j WHERE d.job_id = j.id RETURNING 1
 ),
+key_groups AS (  -- a channel key's values (core.keys.KeyGroups)
+    DELETE FROM import_key_groups g USING job j WHERE g.job_id = j.id RETURNING 1
+),
 journal AS (  -- one row per batch
     DELETE FROM import_journal x USING job j WHERE x.job_id = j.id RETURNING 1
 ),
@@ -33,5 +36,6 @@ marks AS (
     DELETE FROM import_merge_mark x USING job j WHERE x.job_id = j.id RETURNING 1
 )
 SELECT (SELECT count(*) FROM job) AS jobs,
-       (SELECT count(*) FROM raw_values) + (SELECT count(*) FROM duplicates) AS raw_values,
+       (SELECT count(*) FROM raw_values) + (SELECT count(*) FROM duplicates)
+       + (SELECT count(*) FROM key_groups) AS raw_values,
        (SELECT count(*) FROM journal) + (SELECT count(*) FROM marks) AS journal_rows;

@@ -224,6 +224,9 @@ chunks AS (
 lanes AS (
     DELETE FROM import_lane l USING job j WHERE l.job_id = j.id
 ),
+key_groups AS (  -- kept as long as the ledger: a requeue's run reads them again
+    DELETE FROM import_key_groups g USING job j WHERE g.job_id = j.id
+),
 duplicates AS (  -- the duplicate report goes too: a requeue writes it again
     DELETE FROM import_duplicate d USING job j WHERE d.job_id = j.id
 ),
