@@ -18,6 +18,8 @@ later batches know. The default policy takes the paths it always took.
 
 from __future__ import annotations
 
+import datetime as dt
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -42,6 +44,10 @@ class StoredContact:
     own: bool = False
     marks: frozenset[str] = frozenset()
     revivable: frozenset[tuple[int, str]] = frozenset()  # (channel, value)
+    # For the undo journal, not for any decision: the row's last change (restored with its
+    # values) and the import that created it (none of its values are journaled by that one).
+    updated_at: dt.datetime | None = None
+    import_job_id: uuid.UUID | None = None
 
 
 @dataclass(slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from typing import Any, cast
 
 import asyncpg
@@ -290,7 +290,7 @@ class PostgresBatches:
                 stored = await self._stored_with_provenance(conn, job, sorted(folded))
         plan = merge.plan_batch(folded, job.strategy, stored, rules)
         plan.cpf_keys = channel is None
-        await self._write_plan(conn, job, plan, batch.key)
+        await self._write_plan(conn, job, plan, batch.key, stored.values())
         if job.duplicates_report:  # the rows the fold took (a channel key's, unified)
             found = duplicates.batch_competitions(rows, folded, stored, job.strategy, rules)
             if found:
@@ -346,11 +346,16 @@ class PostgresBatches:
         return {r["cpf_cnpj"]: contacts.stored_with_provenance(r, names) for r in rows}
 
     async def _write_plan(
-        self, conn: Conn, job: Job, plan: merge.BatchPlan, batch: journal.BatchKey
+        self,
+        conn: Conn,
+        job: Job,
+        plan: merge.BatchPlan,
+        batch: journal.BatchKey,
+        stored: Iterable[merge.StoredContact],
     ) -> None:
-        """Journal what the batch changes of stored contacts (the undo's before-images, read
-        before any write); COPY the new contacts, channels and custom values; then update what
-        MERGE changes in stored contacts."""
+        """Journal what the batch changes of the ``stored`` contacts it planned against (the
+        undo's before-images); COPY the new contacts, channels and custom values; then update
+        what MERGE changes in stored contacts."""
         client = job.client_id
         ids = await self._contact_ids(conn, len(plan.new_contacts))
         field_ids = self._client_field_ids(client)
@@ -358,9 +363,7 @@ class PostgresBatches:
             (cid, field_ids[name.lower()], value) for cid, name, value in plan.custom_updates
         )
         if job.journaled:
-            await journal.write_journal(
-                conn, self._q, job, batch, plan, ids, field_ids, custom_updates
-            )
+            await journal.write_journal(conn, self._q, job, batch, plan, ids, stored, field_ids)
         # Let the event loop serve others (HTTP requests in `importer serve`) before the batch's
         # rows are encoded: several milliseconds of work.
         await asyncio.sleep(0)

@@ -102,6 +102,8 @@ def stored_with_provenance(r: asyncpg.Record, names: dict[int, str]) -> merge.St
         r["own"],
         frozenset(r["targets"] or ()),
         frozenset(zip(revivable, r["revivable_values"], strict=True)) if revivable else frozenset(),
+        r["updated_at"],
+        r["import_job_id"],
     )
 
 
@@ -124,4 +126,6 @@ def stored_contact(r: asyncpg.Record, names: dict[int, str]) -> merge.StoredCont
         r["street_address"],
         frozenset(zip(channels, values, strict=True)) if channels else frozenset(),
         {names[i]: v for i, v in zip(field_ids, field_values, strict=True)} if field_ids else {},
+        updated_at=r["updated_at"],
+        import_job_id=r["import_job_id"],
     )

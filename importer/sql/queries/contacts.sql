@@ -4,17 +4,17 @@
 
 -- name: find_contacts
 -- The batch's stored contacts, with their live channels and their values of the import's custom
--- fields ($3). Not locked: every write the batch makes is either an insert that a unique index
+-- fields ($3); updated_at and import_job_id are the undo journal's (queries/journal.sql). Not locked: every write the batch makes is either an insert that a unique index
 -- guards (a concurrent import's new key, channel or value makes it fail and retry, and the retry
 -- reads it) or an update to the file's own values, so the result is that of some serial order
 -- per key.
 -- One index probe per key, whatever the statistics say: the LIMIT inside LATERAL rules out a
 -- plan that scans the client's whole index and filters the keys.
-SELECT c.id, c.cpf_cnpj, c.name, c.street_address,
+SELECT c.id, c.cpf_cnpj, c.name, c.street_address, c.updated_at, c.import_job_id,
        d.channels, d.detail_values, f.field_ids, f.field_values
 FROM unnest($2::text[]) AS k (cpf_cnpj)
 CROSS JOIN LATERAL (
-    SELECT id, cpf_cnpj, name, street_address FROM contact
+    SELECT id, cpf_cnpj, name, street_address, updated_at, import_job_id FROM contact
     WHERE client_id = $1 AND cpf_cnpj = k.cpf_cnpj AND deleted_at IS NULL
     LIMIT 1
 ) AS c
@@ -32,12 +32,13 @@ CROSS JOIN LATERAL (
 -- created the contact (own), the fields and channels it already marked (targets), and the
 -- details its replace soft-deleted that are still deleted (revivable: they come back as they
 -- were when a later batch of the import has their values).
-SELECT c.id, c.cpf_cnpj, c.name, c.street_address, c.import_job_id IS NOT DISTINCT FROM $4 AS own,
+SELECT c.id, c.cpf_cnpj, c.name, c.street_address, c.updated_at, c.import_job_id,
+       c.import_job_id IS NOT DISTINCT FROM $4 AS own,
        d.channels, d.detail_values, f.field_ids, f.field_values, m.targets,
        r.channels AS revivable_channels, r.detail_values AS revivable_values
 FROM unnest($2::text[]) AS k (cpf_cnpj)
 CROSS JOIN LATERAL (
-    SELECT id, cpf_cnpj, name, street_address, import_job_id FROM contact
+    SELECT id, cpf_cnpj, name, street_address, updated_at, import_job_id FROM contact
     WHERE client_id = $1 AND cpf_cnpj = k.cpf_cnpj AND deleted_at IS NULL
     LIMIT 1
 ) AS c
@@ -77,7 +78,7 @@ WHERE m.matches > 0;
 
 -- name: find_contacts_by_id
 -- find_contacts for the contacts a channel key resolved to (resolve_channel_keys): by id.
-SELECT c.id, c.name, c.street_address,
+SELECT c.id, c.name, c.street_address, c.updated_at, c.import_job_id,
        d.channels, d.detail_values, f.field_ids, f.field_values
 FROM contact c
 CROSS JOIN LATERAL (
@@ -92,7 +93,8 @@ WHERE c.id = ANY($2::bigint[]) AND c.client_id = $1 AND c.deleted_at IS NULL;
 
 -- name: find_contacts_by_id_with_provenance
 -- find_contacts_with_provenance by id (an import keyed by a channel with a non-default policy).
-SELECT c.id, c.name, c.street_address, c.import_job_id IS NOT DISTINCT FROM $4 AS own,
+SELECT c.id, c.name, c.street_address, c.updated_at, c.import_job_id,
+       c.import_job_id IS NOT DISTINCT FROM $4 AS own,
        d.channels, d.detail_values, f.field_ids, f.field_values, m.targets,
        r.channels AS revivable_channels, r.detail_values AS revivable_values
 FROM contact c
