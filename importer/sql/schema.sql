@@ -297,27 +297,52 @@ CREATE INDEX IF NOT EXISTS import_job_retention_idx ON import_job (finished_at)
 -- batches of a key partition apply in chunk order and touch only its contacts), so each
 -- contact ends at its first before-image, and deletes each row it restored: what is left is its
 -- ledger. after_at and the last batch's values are the after-images its conflict check compares.
--- The arrays go to TOAST compressed by lz4, several times cheaper than the default pglz.
+-- The arrays go to TOAST compressed by lz4 (below), several times cheaper than pglz.
 CREATE TABLE IF NOT EXISTS import_journal (
     job_id            uuid NOT NULL REFERENCES import_job (id) ON DELETE CASCADE,
     chunk_no          integer NOT NULL,
     partition         integer NOT NULL,
     part              integer NOT NULL,
     after_at          timestamptz NOT NULL,
-    created           bigint[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
-    contact_ids       bigint[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
-    names             text[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
-    street_addresses  text[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
-    updated_ats       timestamptz[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
-    custom_contacts   bigint[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
-    custom_fields     integer[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
-    custom_befores    text[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
-    custom_afters     text[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
-    detail_contacts   bigint[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
-    detail_channels   smallint[] COMPRESSION lz4 NOT NULL DEFAULT '{}',
-    detail_values     text[] COMPRESSION lz4 COLLATE "C" NOT NULL DEFAULT '{}',
+    created           bigint[] NOT NULL DEFAULT '{}',
+    contact_ids       bigint[] NOT NULL DEFAULT '{}',
+    names             text[] NOT NULL DEFAULT '{}',
+    street_addresses  text[] NOT NULL DEFAULT '{}',
+    updated_ats       timestamptz[] NOT NULL DEFAULT '{}',
+    custom_contacts   bigint[] NOT NULL DEFAULT '{}',
+    custom_fields     integer[] NOT NULL DEFAULT '{}',
+    custom_befores    text[] NOT NULL DEFAULT '{}',
+    custom_afters     text[] NOT NULL DEFAULT '{}',
+    detail_contacts   bigint[] NOT NULL DEFAULT '{}',
+    detail_channels   smallint[] NOT NULL DEFAULT '{}',
+    detail_values     text[] COLLATE "C" NOT NULL DEFAULT '{}',
     PRIMARY KEY (job_id, chunk_no, partition, part)
 );
+-- lz4 where the server has it (PostgreSQL 14+ built --with-lz4, as Debian's and the images'
+-- are); elsewhere the default pglz, the same data.
+DO $$
+BEGIN
+    IF (SELECT attcompression FROM pg_attribute
+        WHERE attrelid = 'import_journal'::regclass AND attname = 'created') = 'l' THEN
+        RETURN;  -- done before: no lock taken
+    END IF;
+    ALTER TABLE import_journal
+        ALTER COLUMN created SET COMPRESSION lz4,
+        ALTER COLUMN contact_ids SET COMPRESSION lz4,
+        ALTER COLUMN names SET COMPRESSION lz4,
+        ALTER COLUMN street_addresses SET COMPRESSION lz4,
+        ALTER COLUMN updated_ats SET COMPRESSION lz4,
+        ALTER COLUMN custom_contacts SET COMPRESSION lz4,
+        ALTER COLUMN custom_fields SET COMPRESSION lz4,
+        ALTER COLUMN custom_befores SET COMPRESSION lz4,
+        ALTER COLUMN custom_afters SET COMPRESSION lz4,
+        ALTER COLUMN detail_contacts SET COMPRESSION lz4,
+        ALTER COLUMN detail_channels SET COMPRESSION lz4,
+        ALTER COLUMN detail_values SET COMPRESSION lz4;
+EXCEPTION WHEN feature_not_supported THEN
+    NULL;
+END
+$$;
 
 -- The journal before it (four tables: a row per contact changed, per custom value, per channel
 -- added, per batch's created ids) becomes import_journal rows, then its tables go.
