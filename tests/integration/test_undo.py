@@ -102,8 +102,13 @@ B_ROWS = ["Ana B,52998224725,ana2@x.com,p3", "Caio,39053344705,c@x.com,"]
 def test_undo_the_later_import_first_and_a_standing_later_one_refuses(
     db_dsn: str, tmp_path: Path
 ) -> None:
+    """Earlier imports that changed the same contacts (Y created Ana, Z changed her) are not
+    among the conflict's imports: only B, which wrote after A, is to be undone first."""
+
     async def run() -> None:
         client = next(_clients)
+        await import_file(db_dsn, _file(tmp_path, "y.csv", ["Ana Y,52998224725,,"]), client)
+        await import_file(db_dsn, _file(tmp_path, "z.csv", ["Ana Z,52998224725,,p0"]), client)
         before = await live_checksum(db_dsn, client)
         a = await import_file(db_dsn, _file(tmp_path, "a.csv", A_ROWS), client)
         after_a = await live_checksum(db_dsn, client)
@@ -113,7 +118,7 @@ def test_undo_the_later_import_first_and_a_standing_later_one_refuses(
         conflicts = refused.value.conflicts
         assert conflicts
         assert all(imports == [str(b.job_id)] for _, imports in conflicts)
-        assert await _status(db_dsn, a.job_id) == "completed_with_placeholders"
+        assert await _status(db_dsn, a.job_id) == "completed"  # Z created "plano"
         assert await live_checksum(db_dsn, client) != after_a  # nothing was undone
         await _undo(db_dsn, b.job_id, client)
         assert await live_checksum(db_dsn, client) == after_a

@@ -18,8 +18,9 @@ FOR UPDATE;
 -- The contacts of import $1 that another writer changed since it ended ($2: its end), with the
 -- other imports whose journals name them (an empty list: another writer), the first $3 by id.
 -- A contact's after-image is its last batch's (ord: the batches' apply order, see undo_batch). The
--- other imports' journals are the client's (found by the job's client), unnested: a hash join
--- on this rare path, no per-contact index on every import's.
+-- other imports' journals are the client's rows written since this import's first batch (only
+-- those can have changed what it wrote: imports of a client run one at a time), unnested: a
+-- hash join on this rare path, no per-contact index on every import's.
 WITH batches AS MATERIALIZED (
     SELECT j.*, (j.chunk_no, j.partition,
                  j.part::bigint << (32 - length(ltrim(j.part::bit(32)::text, '0')))) AS ord
@@ -41,7 +42,8 @@ others AS MATERIALIZED (  -- (import, contact, what) of the client's other impor
     SELECT o.job_id, u.contact_id, u.what
     FROM import_job me
     JOIN import_job oj ON oj.client_id = me.client_id AND oj.id <> me.id
-    JOIN import_journal o ON o.job_id = oj.id
+    JOIN import_journal o
+      ON o.job_id = oj.id AND o.after_at >= (SELECT min(b.after_at) FROM batches b)
     CROSS JOIN LATERAL (
         SELECT x, 'contact' FROM unnest(o.contact_ids) AS x
         UNION ALL SELECT x, 'custom' FROM unnest(o.custom_contacts) AS x
