@@ -318,6 +318,12 @@ CREATE TABLE IF NOT EXISTS import_journal (
     detail_values     text[] COLLATE "C" NOT NULL DEFAULT '{}',
     PRIMARY KEY (job_id, chunk_no, partition, part)
 );
+-- The order a batch's split pieces applied in: part p's halves are 2p and 2p + 1 (the whole
+-- batch is 1), so p's bits shifted left to 32 order the pieces that applied as they did.
+CREATE OR REPLACE FUNCTION import_part_order(part integer) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN part::bigint << (32 - length(ltrim(part::bit(32)::text, '0')));
+
 -- lz4 where the server has it (PostgreSQL 14+ built --with-lz4, as Debian's and the images'
 -- are); elsewhere the default pglz, the same data.
 DO $$
@@ -390,7 +396,8 @@ BEGIN
         UPDATE import_journal r
         SET custom_contacts = v.contacts, custom_fields = v.fields, custom_befores = v.befores,
             custom_afters = v.afters
-        FROM (SELECT job_id, array_agg(contact_id) AS contacts, array_agg(custom_field_id) AS fields,
+        FROM (SELECT job_id, array_agg(contact_id) AS contacts,
+                     array_agg(custom_field_id) AS fields,
                      array_agg(before) AS befores, array_agg(after) AS afters
               FROM import_journal_custom GROUP BY job_id) v
         WHERE r.job_id = v.job_id AND r.chunk_no = -1 AND r.partition = 0 AND r.part = 1;

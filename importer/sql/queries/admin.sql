@@ -108,10 +108,10 @@ details AS (
 SELECT (SELECT count(*) FROM removed) AS contacts, (SELECT count(*) FROM details) AS details;
 
 -- name: clear_job_ledger
--- The run's ledger, lanes, key groups, merge marks, undo journal, per-row and duplicate reports go with the
--- data: a requeue then reads the whole file again (with the ledger kept it would find every chunk done and import nothing;
--- with the marks, a merge policy would take the removed run's values for its own), and the
--- reports' raw values are the file's data too.
+-- The run's ledger, lanes, key groups, merge marks, undo journal, per-row and duplicate reports
+-- go with the data: a requeue then reads the whole file again (with the ledger kept it would
+-- find every chunk done and import nothing; with the marks, a merge policy would take the
+-- removed run's values for its own), and the reports' raw values are the file's data too.
 WITH chunks AS (
     DELETE FROM import_chunk WHERE job_id = $1 RETURNING 1
 ),

@@ -4,10 +4,11 @@
 
 -- name: find_contacts
 -- The batch's stored contacts, with their live channels and their values of the import's custom
--- fields ($3); updated_at and import_job_id are the undo journal's (queries/journal.sql). Not locked: every write the batch makes is either an insert that a unique index
--- guards (a concurrent import's new key, channel or value makes it fail and retry, and the retry
--- reads it) or an update to the file's own values, so the result is that of some serial order
--- per key.
+-- fields ($3); updated_at and import_job_id are the undo journal's (queries/journal.sql). Not
+-- locked: every write the batch makes is either an insert that a unique index guards (a
+-- concurrent import's new key, channel or value makes it fail and retry, and the retry reads
+-- it) or an update to the file's own values, so the result is that of some serial order per
+-- key.
 -- One index probe per key, whatever the statistics say: the LIMIT inside LATERAL rules out a
 -- plan that scans the client's whole index and filters the keys.
 SELECT c.id, c.cpf_cnpj, c.name, c.street_address, c.updated_at, c.import_job_id,

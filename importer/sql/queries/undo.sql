@@ -1,8 +1,8 @@
 -- Undo (issue 15): an ended import's changes taken back from its journal (queries/journal.sql),
 -- one bounded slice per transaction (a batch's journal row, newest first; then the merge
--- marks), each slice consuming the journal rows it restores: what is
--- left of the journal is the undo's ledger, so a stopped undo resumes where it was. Named
--- queries, loaded once with every queries/*.sql.
+-- marks), each slice consuming the journal rows it restores: what is left of the journal is the
+-- undo's ledger, so a stopped undo resumes where it was. Named queries, loaded once with every
+-- queries/*.sql.
 
 -- name: lock_undo
 -- The job, locked for the undo's decision ($2: the client, NULL: the owner's command line; $3:
@@ -22,8 +22,7 @@ FOR UPDATE;
 -- those can have changed what it wrote: imports of a client run one at a time), unnested: a
 -- hash join on this rare path, no per-contact index on every import's.
 WITH batches AS MATERIALIZED (
-    SELECT j.*, (j.chunk_no, j.partition,
-                 j.part::bigint << (32 - length(ltrim(j.part::bit(32)::text, '0')))) AS ord
+    SELECT j.*, (j.chunk_no, j.partition, import_part_order(j.part)) AS ord
     FROM import_journal j WHERE j.job_id = $1
 ),
 contacts AS (
@@ -94,19 +93,18 @@ RETURNING id;
 
 -- name: undo_batch
 -- The newest batch row left of import $1's journal (the batches' apply order: chunk, partition,
--- then the pieces of a split batch in the order they applied — part p's halves are 2p, 2p + 1,
--- so p shifted to 32 bits orders them), consumed and restored: its created contacts
--- soft-deleted with their live channels; its stored contacts back to their rows before it
--- (name, address, updated_at); its custom values back to the value before, or deleted (none);
--- the channels it added deleted. Newest first, each contact ends at its first before-image.
+-- then the pieces of a split batch in the order they applied: import_part_order), consumed and
+-- restored: its created contacts soft-deleted with their live channels; its stored contacts
+-- back to their rows before it (name, address, updated_at); its custom values back to the
+-- value before, or deleted (none); the channels it added deleted. Newest first, each contact
+-- ends at its first before-image.
 -- The statement's parts touch distinct rows (created contacts are never journaled as stored).
 WITH slice AS (
     DELETE FROM import_journal
     WHERE (job_id, chunk_no, partition, part) = (
         SELECT job_id, chunk_no, partition, part FROM import_journal
         WHERE job_id = $1
-        ORDER BY chunk_no DESC, partition DESC,
-                 part::bigint << (32 - length(ltrim(part::bit(32)::text, '0'))) DESC
+        ORDER BY chunk_no DESC, partition DESC, import_part_order(part) DESC
         LIMIT 1)
     RETURNING *
 ),
