@@ -192,7 +192,7 @@ class ProgressHub:
                     self._dispatch(message)
         finally:
             with contextlib.suppress(*FAILURES):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it bare
+                await pubsub.aclose()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         if message.get("type") != "pmessage":
