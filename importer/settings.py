@@ -12,7 +12,8 @@ from importer.core.errors import ConfigurationError
 from importer.core.models import Limits
 from importer.core.webhooks import RetryPolicy
 
-DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+# DATABASE_URL unset: the embedded PostgreSQL (importer[embedded]) with its data here.
+DEFAULT_DATA_DIR = "./var/postgres"
 
 
 # Rows per chunk: large enough that per-transaction round trips are noise next to the rows' work.
@@ -83,7 +84,10 @@ DEFAULT_WEBHOOK_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    database_url: str = DEFAULT_DATABASE_URL
+    # Empty until resolved: DATABASE_URL, or the embedded server's socket URL (the CLI's edge
+    # starts it in data_dir when DATABASE_URL is unset; see ``embedded``).
+    database_url: str = ""
+    data_dir: str = DEFAULT_DATA_DIR
     chunk_size: int = DEFAULT_CHUNK_SIZE
     concurrency: int = DEFAULT_CONCURRENCY
     read_block_bytes: int = DEFAULT_READ_BLOCK
@@ -145,6 +149,11 @@ class Settings:
     failpoints: str = ""
 
     @property
+    def embedded(self) -> bool:
+        """No DATABASE_URL: the importer's own PostgreSQL in ``data_dir``."""
+        return not self.database_url
+
+    @property
     def webhook_policy(self) -> RetryPolicy:
         return RetryPolicy(
             max_attempts=self.webhook_max_attempts,
@@ -168,7 +177,8 @@ class Settings:
             max_value_chars=_int(environ, "IMPORTER_MAX_VALUE_CHARS", d.max_value_chars),
         )
         return cls(
-            database_url=environ.get("DATABASE_URL", DEFAULT_DATABASE_URL),
+            database_url=environ.get("DATABASE_URL") or "",
+            data_dir=environ.get("IMPORTER_DATA_DIR") or DEFAULT_DATA_DIR,
             chunk_size=_chunk_size(environ),
             concurrency=_int(environ, "IMPORTER_CONCURRENCY", DEFAULT_CONCURRENCY),
             queue_depth=_int(environ, "IMPORTER_QUEUE_DEPTH", DEFAULT_QUEUE_DEPTH),

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -38,8 +39,10 @@ ADMIN_DSN = os.environ.get(
 
 
 def dsn_for(database: str) -> str:
-    base, _, _ = ADMIN_DSN.rpartition("/")
-    return f"{base}/{database}"
+    """ADMIN_DSN with another database (its host, port, user and query, such as an embedded
+    server's ``?host=/socket/dir``, kept)."""
+    parts = urllib.parse.urlsplit(ADMIN_DSN)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{database}"))
 
 
 async def _admin(sql: str) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import orjson
 
 from importer.cli.commands import run
+from importer.cli.database import needs_database, resolved
 from importer.cli.parser import build_parser
 from importer.core import failpoints
 from importer.core.errors import ImporterError, ServiceUnreachableError
@@ -29,6 +30,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser(settings).parse_args(argv)
         configure_logging(settings.log_format, log_level_for(args.command, settings.log_level))
         failpoints.configure(settings.failpoints)
+        if needs_database(args):
+            settings = resolved(settings)
         return run(settings, args)
     except ServiceUnreachableError as exc:  # first contact: what was tried, why, what to do
         print(f"importer: {exc.explained()}", file=sys.stderr)

@@ -16,6 +16,7 @@ import uvloop
 from rich.console import Console
 
 from importer import wiring
+from importer.cli.database import db_command
 from importer.cli.output import (
     TerminalProgress,
     history_table,
@@ -267,12 +268,6 @@ async def _client_webhook(settings: Settings, args: argparse.Namespace) -> objec
     }
 
 
-def _migrate(settings: Settings, _args: argparse.Namespace) -> int:
-    uvloop.run(wiring.run_migrate(settings))
-    print("schema applied", file=sys.stderr)
-    return 0
-
-
 def _job(settings: Settings, args: argparse.Namespace) -> int:
     """``importer job resume`` runs the import here; the other job commands are the owner's."""
     if args.job_command in ("resume", "apply"):
@@ -288,7 +283,7 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
 
 
 _COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
-    "db": _migrate,
+    "db": db_command,
     "token": _token,
     "worker": _worker,
     "job": _job,

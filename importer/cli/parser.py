@@ -45,10 +45,7 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         "--version", action="version", version=f"importer {importlib.metadata.version('importer')}"
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    db = commands.add_parser("db", help="database schema")
-    db.add_subparsers(dest="db_command", required=True).add_parser(
-        "migrate", help="apply schema.sql (idempotent)"
-    )
+    _add_db_parsers(commands)
     _add_import_parser(commands, settings)
     _add_read_parsers(commands)
     _add_token_parser(commands)
@@ -64,6 +61,32 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         help="imports run at once by this process (default: IMPORTER_WORKERS, 1)",
     )
     return parser
+
+
+DB_EPILOG = """\
+DATABASE_URL names your PostgreSQL. Unset, every command uses the embedded PostgreSQL (the
+importer[embedded] extra): its data in IMPORTER_DATA_DIR (default ./var/postgres), a Unix socket
+in that directory and no TCP port; the first command creates and starts it, it keeps running
+until `importer db stop`. As root it runs as the system user embedded_postgres.
+"""
+
+
+def _add_db_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    db = commands.add_parser(
+        "db",
+        help="the database: schema, and the embedded server's state",
+        epilog=DB_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = db.add_subparsers(dest="db_command", required=True)
+    actions.add_parser("migrate", help="apply schema.sql (idempotent)")
+    for name, text in (
+        ("status", "which database, and whether it runs (exit 3 when it does not)"),
+        ("start", "start the embedded server (creating it if need be) and show its status"),
+    ):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    actions.add_parser("stop", help="stop the embedded server (DATABASE_URL unset)")
 
 
 IMPORT_EPILOG = """\

@@ -92,6 +92,16 @@ def test_runtime_command_health_check_port_and_environment() -> None:
     assert f"-o importer -g importer -m 0750 /var/lib/importer {volumes[0]}" in only(runtime, "RUN")
 
 
+def test_the_build_installs_exactly_the_lock() -> None:
+    """The image's dependencies are the lock's, hash-checked; a stale lock fails the build."""
+    runs = " ".join(args for instruction, args in stages()[0] if instruction == "RUN")
+    assert "--require-hashes --no-deps -r scripts/uv-requirements.txt" in runs
+    assert "uv export --locked" in runs
+    assert "--extra" not in runs, "the image installs the runtime only (no embedded server)"
+    assert "pip install --require-hashes --no-deps -r requirements.txt" in runs
+    assert "pip install --no-deps wheels/importer-" in runs
+
+
 def dockerignore_patterns() -> list[str]:
     lines = (ROOT / ".dockerignore").read_text().splitlines()
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
@@ -105,7 +115,14 @@ def test_every_copied_path_exists_and_is_in_the_build_context() -> None:
         if instruction == "COPY" and not args.startswith("--from")
         for source in args.split()[:-1]
     ]
-    assert sources == ["pyproject.toml", "setup.py", "README.md", "importer"]
+    assert sources == [
+        "scripts/uv-requirements.txt",
+        "pyproject.toml",
+        "uv.lock",
+        "setup.py",
+        "README.md",
+        "importer",
+    ]
     for source in sources:
         assert (ROOT / source).exists(), source
         assert not any(fnmatch.fnmatch(source, pattern) for pattern in patterns), source

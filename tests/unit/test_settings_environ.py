@@ -5,14 +5,23 @@ from __future__ import annotations
 import pytest
 
 from importer.core.errors import ConfigurationError
-from importer.settings import DEFAULT_DATABASE_URL, Settings
+from importer.settings import DEFAULT_DATA_DIR, Settings
 
 
 def test_an_empty_environment_gives_the_local_defaults() -> None:
     settings = Settings.from_environ({})
     assert settings == Settings()
-    assert settings.database_url == DEFAULT_DATABASE_URL
+    assert settings.embedded  # no DATABASE_URL: the embedded PostgreSQL
+    assert (settings.database_url, settings.data_dir) == ("", DEFAULT_DATA_DIR)
     assert settings.s3_endpoint_url is None  # the local directory store
+
+
+def test_database_url_or_the_embedded_servers_directory() -> None:
+    own = Settings.from_environ({"DATABASE_URL": "postgresql://u@db/x", "IMPORTER_DATA_DIR": "d"})
+    assert not own.embedded
+    embedded = Settings.from_environ({"DATABASE_URL": "", "IMPORTER_DATA_DIR": "/srv/pg"})
+    assert embedded.embedded
+    assert embedded.data_dir == "/srv/pg"
 
 
 def test_variables_override_the_defaults() -> None:

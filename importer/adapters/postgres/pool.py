@@ -237,3 +237,14 @@ class Listener:
         if conn is self._conn:
             self._conn = None
         self._notified.set()
+
+
+async def server_version(dsn: str) -> str:
+    """The server's version (``SHOW server_version``), for ``importer db status``."""
+    with translated_errors():
+        with unreachable(dsn):
+            conn = await asyncpg.connect(dsn, timeout=10)
+        try:
+            return str(await conn.fetchval("SHOW server_version"))
+        finally:
+            await conn.close()
