@@ -17,11 +17,13 @@ step 6. A mapping the user sets (:func:`parse_mapping`) becomes the job's layout
 
 from __future__ import annotations
 
+import datetime as dt
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 
-from importer.core.errors import CustomFieldNotFoundError, InvalidRequestError
+from importer.core.errors import CustomFieldNotFoundError
 from importer.core.headers import ALIAS_CONFIDENCE, TargetKind, match_header, says_nothing
 from importer.core.layout import header_key
 from importer.core.options import Problems
@@ -105,7 +107,28 @@ class SampledColumn:
     def samples(self) -> tuple[str, ...]:
         """Up to five non-empty values as a spreadsheet may show them (formula-safe)."""
         present = (v.strip() for v in self.values if v.strip())
-        return tuple(neutralize(v[:SAMPLE_CHARS]) for v, _ in zip(present, range(SAMPLES_SHOWN)))
+        shown = itertools.islice(present, SAMPLES_SHOWN)
+        return tuple(neutralize(v[:SAMPLE_CHARS]) for v in shown)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEntry:
+    """A client's remembered mapping of one header: how many imports used it, and when last."""
+
+    header_key: str
+    target: str  # a layout word
+    uses: int
+    last_used_at: dt.datetime
+
+
+def memory_of(entries: Iterable[MemoryEntry]) -> dict[str, str]:
+    """Header key → the word most imports used (the latest on a tie)."""
+    best: dict[str, MemoryEntry] = {}
+    for entry in entries:
+        held = best.get(entry.header_key)
+        if held is None or (entry.uses, entry.last_used_at) > (held.uses, held.last_used_at):
+            best[entry.header_key] = entry
+    return {key: entry.target for key, entry in best.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +297,7 @@ def _target(
 ) -> ColumnTarget | None:
     word = item.get("target")
     try:
-        kind = TargetKind(word)
+        kind = TargetKind(str(word))
     except ValueError:
         known_words = ", ".join(k.value for k in TargetKind)
         problems.add(f"{where}.target", f"unknown target {word!r}; known: {known_words}")
@@ -303,7 +326,7 @@ def _new_field(
 ) -> ColumnTarget | None:
     text = name.strip() if isinstance(name, str) else ""
     if not text or len(text) > MAX_FIELD_NAME_CHARS or text == SOURCE_ERROR_COLUMN:
-        problems.add(f"{where}.name", f"a new custom field needs a name (1 to 200 characters)")
+        problems.add(f"{where}.name", "a new custom field needs a name (1 to 200 characters)")
         return None
     return custom_target(text, known)
 
@@ -366,7 +389,7 @@ def current_choices(
     if not isinstance(columns, list) or not columns:
         return None
     by_key = {header_key(h): i for i, h in enumerate(headers) if h.strip()}
-    chosen = {i: IGNORE for i in range(len(headers))}
+    chosen = dict.fromkeys(range(len(headers)), IGNORE)
     for item in columns:
         if not isinstance(item, Mapping):
             continue
@@ -375,7 +398,3 @@ def current_choices(
         if isinstance(index, int) and 0 <= index < len(headers) and isinstance(word, str):
             chosen[index] = from_word(word, known) or IGNORE
     return chosen
-
-
-def with_target(view: ColumnView, target: ColumnTarget) -> ColumnView:
-    return replace(view, suggestion=replace(view.suggestion, target=target))

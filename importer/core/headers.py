@@ -66,7 +66,7 @@ _EXACT = _aliases(
             TargetKind.NAME,
             "nome|name|nome completo|full name|nome do cliente|nome cliente|cliente|"
             "razao social|nome/razao social|first name|primeiro nome|contact name|"
-            "customer name|nome do contato|nome contato|nome_completo|fullname|nomecompleto",
+            "customer name|nome do contato|nome contato|nome_completo|fullname|nomecompleto|fname",
         ),
         (
             TargetKind.CPF_CNPJ,
@@ -97,18 +97,22 @@ class _WordRule:
     blockers: frozenset[str]  # a word that says the column is something else
 
 
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
 def _rule(kind: TargetKind, triggers: str, blockers: str) -> _WordRule:
-    return _WordRule(kind, frozenset(triggers.split()), frozenset(blockers.split()))
+    return _WordRule(kind, _words(triggers), _words(blockers))
 
 
 # Words that make any column something other than a contact's value: consents, dates, kinds,
 # counts, statuses, identifiers of other things.
-_NEVER = frozenset(
+_NEVER = _words(
     "opt optin optout out consent consentimento autoriza autorizacao aceita aceite permissao"
     " permission date data dt quando when created updated criado atualizado status situacao"
     " tipo type verified verificado valido valid bounced bounce bounces unsubscribed"
-    " descadastrado count contagem quantidade qtd opened clicked abertos cliques enviados sent"
-    " domain dominio format formato ip source origem".split()
+    " descadastrado count contagem quantidade qtd opened clicked abertos cliques enviado"
+    " enviados sent domain dominio format formato ip source origem"
 )
 
 # In priority order: "endereco de e-mail" is an e-mail, "celular whatsapp" a WhatsApp number.
@@ -142,11 +146,20 @@ _RULES = (
     ),
 )
 
+_NOT_WORD = re.compile(r"[^a-z0-9]+")
+
 # Separated words of a header key, with the spellings that split a word folded back.
-_JOINED = (("e_mail", "email"), ("whats_app", "whatsapp"), ("cpf_cnpj", "cpfcnpj"))
+_JOINED = (
+    ("e_mail", "email"),
+    ("whats_app", "whatsapp"),
+    ("cpf_cnpj", "cpfcnpj"),
+    ("c_p_f", "cpf"),
+)
 
 
 def header_words(key: str) -> frozenset[str]:
+    """The words of a header key (any character but a letter or digit separates them)."""
+    key = _NOT_WORD.sub("_", key)
     for split, joined in _JOINED:
         key = key.replace(split, joined)
     return frozenset(word for word in key.split("_") if word)

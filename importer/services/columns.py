@@ -1,0 +1,236 @@
+"""The columns step (issue 29): a file's columns with samples and suggested targets, the
+mapping a user sets before the import starts, and the client's memory of past mappings.
+
+Only the file's head is read (the header and the first :data:`HEAD_ROWS` rows, with the import's
+own readers), so the answer takes the same time for a 1 KB and a 1 GB file; a workbook (XLSX) is
+read from its end, as a zip is, so its whole file is spooled first. The suggestions are pure
+(``core.columns``); the API (``http/routes/columns.py``) and ``importer inspect`` share them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from importer.core.columns import (
+    ClientColumns,
+    ColumnTarget,
+    ColumnView,
+    MemoryEntry,
+    SampledColumn,
+    current_choices,
+    mapping_layout,
+    memory_of,
+    parse_mapping,
+    remembered,
+    suggest_all,
+)
+from importer.core.config import PipelineConfig
+from importer.core.errors import (
+    ColumnsLockedError,
+    ColumnsUnavailableError,
+    FileRejectedError,
+    InvalidRequestError,
+    JobNotFoundError,
+    LayoutError,
+    ObjectNotFoundError,
+)
+from importer.core.layout import LAYOUT_KEYS, parse_layout, plan_for_header, plan_for_keys
+from importer.core.models import InputFormat, Job, JobStatus, Reason
+from importer.core.principals import Permission, Principal
+from importer.ports import ColumnStore, JobStore, ObjectStore, Source
+from importer.read.blocks import RecordParser
+from importer.read.records import JsonRecord, RawRecord
+from importer.services.imports import can_see
+from importer.services.runs import ObjectSource, job_config
+from importer.settings import Settings
+
+# Rows of the head whose values are sampled (five shown; all of them for the value shapes).
+HEAD_ROWS = 50
+# The statuses whose mapping may still change: the file uploaded, no run started.
+MAPPABLE = (JobStatus.UPLOADING, JobStatus.UPLOADED)
+
+
+@dataclass(frozen=True, slots=True)
+class FileHead:
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]  # the first rows' values, by column
+
+    def columns(self) -> list[SampledColumn]:
+        return [
+            SampledColumn(i, h, tuple(row[i] for row in self.rows if i < len(row)))
+            for i, h in enumerate(self.headers)
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnsStep:
+    """What the columns step shows of one file: each column's suggestion and its target now
+    (the job's mapping when one is set, else the suggestion)."""
+
+    columns: list[ColumnView]
+    targets: list[ColumnTarget]
+    mapped: bool  # the job has a mapping of its columns (a layout's, or one set here)
+    known: ClientColumns
+
+
+async def read_head(source: Source, job: Job, config: PipelineConfig, rows: int) -> FileHead:
+    """The header and the first ``rows`` rows, read with the import's own readers; it stops
+    reading once it has them (or at the end). Raises FileRejectedError for an unreadable head."""
+    parser = RecordParser(job, source.name, config)
+    blocks = source.blocks(config.read_block_bytes)
+    records: list[RawRecord | JsonRecord] = []
+    try:
+        records = await _head_records(parser, blocks, rows + 1)
+    finally:
+        parser.close()
+        await _close(blocks)
+    has_header = config.layout.has_header if config.layout is not None else True
+    if job.input_format is InputFormat.JSONL:
+        return _json_head([r for r in records if isinstance(r, JsonRecord)], rows)
+    return _csv_head([r for r in records if isinstance(r, RawRecord)], rows, has_header)
+
+
+async def _head_records(
+    parser: RecordParser, blocks: AsyncIterator[bytes], wanted: int
+) -> list[RawRecord | JsonRecord]:
+    records: list[RawRecord | JsonRecord] = []
+    async for block in blocks:
+        parser.push(block)
+        while await asyncio.to_thread(parser.pull) is not None:
+            records += parser.take()
+        if len(records) >= wanted:
+            return records
+    while await asyncio.to_thread(parser.pull_rows) is not None:  # a workbook's rows
+        records += parser.take()
+        if len(records) >= wanted:
+            return records
+    await asyncio.to_thread(parser.finish)
+    return records + parser.take()
+
+
+async def _close(blocks: AsyncIterator[bytes]) -> None:
+    close = getattr(blocks, "aclose", None)
+    if close is not None:
+        await close()
+
+
+def _csv_head(records: Sequence[RawRecord], rows: int, has_header: bool) -> FileHead:
+    readable = [tuple(r.fields) for r in records if r.fields is not None]
+    if not readable:
+        raise FileRejectedError(Reason.EMPTY_FILE, "the file has no readable header")
+    width = max(len(r) for r in readable)
+    headers = readable[0] if has_header else tuple("" for _ in range(width))
+    body = readable[1:] if has_header else readable
+    return FileHead(tuple(h.strip() for h in headers), tuple(body[:rows]))
+
+
+def _json_head(records: Sequence[JsonRecord], rows: int) -> FileHead:
+    objects = [r.values for r in records if r.values is not None][:rows]
+    keys: dict[str, None] = {}
+    for values in objects:
+        keys.update(dict.fromkeys(values))
+    headers = tuple(keys)
+    return FileHead(headers, tuple(tuple(o.get(k, "") for k in headers) for o in objects))
+
+
+def columns_step(
+    head: FileHead, known: ClientColumns, layout: Mapping[str, object] | None
+) -> ColumnsStep:
+    """Every column's suggestion and current target (pure: the CLI's ``inspect`` too)."""
+    views = suggest_all(head.columns(), known)
+    chosen = current_choices(layout, head.headers, known)
+    if chosen is None:
+        return ColumnsStep(views, [v.suggestion.target for v in views], False, known)
+    return ColumnsStep(views, [chosen[i] for i in range(len(views))], True, known)
+
+
+def _options_of(layout: Mapping[str, object] | None) -> dict[str, object]:
+    """A job's layout options a mapping keeps (delimiter, encoding, sheet, merge, key…)."""
+    kept = (k for k in LAYOUT_KEYS if k not in ("columns", "unmapped"))
+    return {k: layout[k] for k in kept if layout is not None and k in layout}
+
+
+def check_plan(layout: Mapping[str, object], head: FileHead, max_columns: int, jsonl: bool) -> None:
+    """The import's own check of the mapping against the header (a cpf_cnpj column, or the
+    layout key's; one column per attribute): its refusal is the request's 400."""
+    try:
+        parsed = parse_layout(layout)
+        if jsonl:
+            plan_for_keys(head.headers, parsed)
+        elif parsed.has_header:
+            plan_for_header(head.headers, parsed, max_columns)
+    except LayoutError as exc:
+        raise InvalidRequestError([(exc.field, str(exc))]) from None
+    except FileRejectedError as exc:
+        raise InvalidRequestError([("columns", exc.detail)]) from None
+
+
+class ColumnService:
+    """The columns step of the API, checked against the caller's tenant, user and permission."""
+
+    def __init__(
+        self, jobs: JobStore, columns: ColumnStore, objects: ObjectStore, settings: Settings
+    ) -> None:
+        self._jobs = jobs
+        self._columns = columns
+        self._objects = objects
+        self._settings = settings
+
+    async def inspect(self, principal: Principal, job_id: uuid.UUID) -> ColumnsStep:
+        job, head, known = await self._read(principal, job_id)
+        return columns_step(head, known, job.layout)
+
+    async def set_mapping(
+        self, principal: Principal, job_id: uuid.UUID, body: Mapping[str, object]
+    ) -> ColumnsStep:
+        """Store the mapping as the job's layout (and the pairs its completion remembers)."""
+        job, head, known = await self._read(principal, job_id)
+        if job.status not in MAPPABLE:
+            raise ColumnsLockedError(f"import {job_id} is {job.status}: its columns are set")
+        choices = parse_mapping(body, head.headers, known)
+        layout = mapping_layout(choices, head.headers, _options_of(job.layout))
+        jsonl = job.input_format is InputFormat.JSONL
+        check_plan(layout, head, self._settings.limits.max_columns, jsonl)
+        pairs = remembered(choices, head.headers)
+        if not await self._columns.set_mapping(principal.client_id, job_id, layout, pairs):
+            raise ColumnsLockedError(f"import {job_id} has started: its columns are set")
+        return columns_step(head, known, layout)
+
+    async def known(self, principal: Principal) -> ClientColumns:
+        principal.require(Permission.CONTACT_IMPORT_CREATE)
+        fields = await self._columns.custom_fields(principal.client_id)
+        return ClientColumns(fields, memory_of(await self._columns.memory(principal.client_id)))
+
+    async def memory(self, principal: Principal) -> list[MemoryEntry]:
+        principal.require(Permission.CONTACT_IMPORT_CREATE)
+        return await self._columns.memory(principal.client_id)
+
+    async def forget(self, principal: Principal) -> int:
+        principal.require(Permission.CONTACT_IMPORT_CREATE)
+        return await self._columns.clear_memory(principal.client_id)
+
+    async def _read(
+        self, principal: Principal, job_id: uuid.UUID
+    ) -> tuple[Job, FileHead, ClientColumns]:
+        known = await self.known(principal)
+        view = await self._jobs.view_job(principal.client_id, job_id)
+        if not can_see(principal, view):
+            raise JobNotFoundError(f"import {job_id} does not exist")
+        job = await self._jobs.stored_job(principal.client_id, job_id)
+        return job, await self._head(job), known
+
+    async def _head(self, job: Job) -> FileHead:
+        if job.status is JobStatus.UPLOADING or job.local_path is not None:
+            raise ColumnsUnavailableError(f"import {job.id}: its file is not uploaded here")
+        if job.source.startswith("s3://"):
+            raise ColumnsUnavailableError(f"import {job.id}: a command line's object")
+        source = ObjectSource(self._objects, job.source, size=None, pinned=None, name=job.filename)
+        try:
+            return await read_head(source, job, job_config(self._settings, job), HEAD_ROWS)
+        except ObjectNotFoundError:
+            raise ColumnsUnavailableError(f"import {job.id}: its file is gone") from None
+        except FileRejectedError as exc:
+            raise ColumnsUnavailableError(f"import {job.id}: {exc.detail}") from None
