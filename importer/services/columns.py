@@ -18,6 +18,7 @@ from importer.core.columns import (
     ClientColumns,
     ColumnTarget,
     ColumnView,
+    CustomField,
     MemoryEntry,
     SampledColumn,
     current_choices,
@@ -38,7 +39,7 @@ from importer.core.errors import (
     ObjectNotFoundError,
 )
 from importer.core.layout import LAYOUT_KEYS, parse_layout, plan_for_header, plan_for_keys
-from importer.core.models import InputFormat, Job, JobStatus, Reason
+from importer.core.models import ConflictStrategy, InputFormat, Job, JobStatus, Reason
 from importer.core.principals import Permission, Principal
 from importer.ports import ColumnStore, JobStore, ObjectStore, Source
 from importer.read.blocks import RecordParser
@@ -166,6 +167,61 @@ def check_plan(layout: Mapping[str, object], head: FileHead, max_columns: int, j
         raise InvalidRequestError([(exc.field, str(exc))]) from None
     except FileRejectedError as exc:
         raise InvalidRequestError([("columns", exc.detail)]) from None
+
+
+def _field(target: ColumnTarget) -> dict[str, object] | None:
+    if target.field_name is None:
+        return None
+    return {"id": target.field_id, "name": target.field_name}
+
+
+def _fields(fields: tuple[CustomField, ...]) -> list[dict[str, object]]:
+    return [{"id": f.id, "name": f.name} for f in fields]
+
+
+def columns_document(job_id: uuid.UUID | None, step: ColumnsStep) -> dict[str, object]:
+    """The columns step's answer (``import_id`` None: ``importer inspect --json``'s)."""
+    columns = []
+    for view, target in zip(step.columns, step.targets, strict=True):
+        suggestion = view.suggestion
+        columns.append(
+            {
+                "position": view.column.position,
+                "header": view.column.header,
+                "samples": list(view.column.samples),
+                "suggestion": {
+                    "target": suggestion.target.kind.value,
+                    "custom_field": _field(suggestion.target),
+                    "reason": suggestion.reason.value,
+                    "confidence": suggestion.confidence,
+                    "share": suggestion.share,
+                },
+                "target": target.kind.value,
+                "custom_field": _field(target),
+            }
+        )
+    return {
+        "import_id": None if job_id is None else str(job_id),
+        "mapped": step.mapped,
+        "columns": columns,
+        "custom_fields": _fields(step.known.custom_fields),
+    }
+
+
+def transient_job(name: str, input_format: InputFormat, layout: dict[str, object] | None) -> Job:
+    """A job that is never stored, for reading a local file's head (``importer inspect``)."""
+    return Job(
+        id=uuid.uuid4(),
+        client_id=0,
+        status=JobStatus.UPLOADED,
+        strategy=ConflictStrategy.MERGE,
+        source=name,
+        input_format=input_format,
+        chunk_size=1,
+        partitions=1,
+        filename=name,
+        layout=layout,
+    )
 
 
 class ColumnService:

@@ -3,17 +3,16 @@ mapping a user sets before the start, and the client's memory of past mappings (
 
 from __future__ import annotations
 
-import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from importer.core.columns import ColumnTarget, CustomField, MemoryEntry
+from importer.core.columns import MemoryEntry
 from importer.http import openapi as doc
 from importer.http.bodies import json_object, json_response
 from importer.http.deps import Caller, JobId, resources_of
-from importer.services.columns import ColumnService, ColumnsStep
+from importer.services.columns import ColumnService, columns_document
 
 router = APIRouter()
 
@@ -25,45 +24,6 @@ async def _columns(request: Request) -> ColumnService:
 
 
 Columns = Annotated[ColumnService, Depends(_columns)]
-
-
-def _field(target: ColumnTarget) -> dict[str, object] | None:
-    if target.field_name is None:
-        return None
-    return {"id": target.field_id, "name": target.field_name}
-
-
-def _fields(fields: tuple[CustomField, ...]) -> list[dict[str, object]]:
-    return [{"id": f.id, "name": f.name} for f in fields]
-
-
-def columns_document(job_id: uuid.UUID, step: ColumnsStep) -> dict[str, object]:
-    """The columns step's answer (the CLI's ``inspect --json`` has the same columns)."""
-    columns = []
-    for view, target in zip(step.columns, step.targets, strict=True):
-        suggestion = view.suggestion
-        columns.append(
-            {
-                "position": view.column.position,
-                "header": view.column.header,
-                "samples": list(view.column.samples),
-                "suggestion": {
-                    "target": suggestion.target.kind.value,
-                    "custom_field": _field(suggestion.target),
-                    "reason": suggestion.reason.value,
-                    "confidence": suggestion.confidence,
-                    "share": suggestion.share,
-                },
-                "target": target.kind.value,
-                "custom_field": _field(target),
-            }
-        )
-    return {
-        "import_id": str(job_id),
-        "mapped": step.mapped,
-        "columns": columns,
-        "custom_fields": _fields(step.known.custom_fields),
-    }
 
 
 def _memory_item(entry: MemoryEntry) -> dict[str, object]:
