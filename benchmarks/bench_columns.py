@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import json
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,23 +112,14 @@ async def time_head(path: Path, rows: int) -> tuple[float, int]:
     """Seconds to read the head of ``path`` and suggest for its columns; the column count."""
     from importer.adapters.storage.local import LocalObjectStore
     from importer.core.columns import suggest_all
-    from importer.core.models import InputFormat, Job, JobStatus
-    from importer.services.columns import read_head
+    from importer.services.columns import read_head, transient_job
     from importer.services.runs import ObjectSource, format_for, pipeline_config
     from importer.settings import Settings
 
-    settings = Settings()
-    job = Job(
-        id=uuid.uuid4(),
-        client_id=1,
-        status=JobStatus.UPLOADED,
-        strategy="merge",
-        source=path.name,
-        input_format=InputFormat(format_for(path.name)),
-    )
+    job = transient_job(path.name, format_for(path.name), None)
     source = ObjectSource(LocalObjectStore(path.parent), path.name, size=None, pinned=None)
     started = time.perf_counter()
-    head = await read_head(source, job, pipeline_config(settings, None, False), rows)
+    head = await read_head(source, job, pipeline_config(Settings(), None, False), rows)
     views = suggest_all(head.columns(), ClientColumns())
     return time.perf_counter() - started, len(views)
 
