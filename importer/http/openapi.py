@@ -221,9 +221,15 @@ class ImportOptionsBody(BaseModel):
 
 class MultipartImportForm(ImportOptionsBody):
     file: bytes = Field(description="the CSV, JSONL or XLSX file (optionally .gz); streamed")
+    start: bool = Field(
+        default=True,
+        description="false: the job stays `uploaded` (201) for its columns step; start it "
+        "with POST /v1/imports/{job_id}/start",
+    )
 
 
-class HsmImportForm(MultipartImportForm):
+class HsmImportForm(ImportOptionsBody):
+    file: bytes = Field(description="the CSV, JSONL or XLSX file (optionally .gz); streamed")
     intent: str = Field(description='JSON: {"kind": "hsm"|"sms"|"email", "params": {...}}')
 
 

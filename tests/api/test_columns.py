@@ -265,3 +265,28 @@ async def test_removing_an_imports_data_takes_its_headers_out_of_the_memory(
     assert (await uses())["telefone_com_ddd"] == 1  # a repeat takes nothing more
     await http.delete(f"/v1/imports/{second}/data", headers=auth(admin))
     assert await uses() == {}
+
+
+async def test_a_multipart_upload_with_start_false_waits_for_its_columns_step(
+    http: httpx.AsyncClient, client_ids: itertools.count[int]
+) -> None:
+    bearer = token(next(client_ids))
+    created = await upload(http, bearer, csv_bytes(HEADER, rows(3700, 3)), start="false")
+    assert created.status_code == 201, created.text
+    job_id = created.json()["id"]
+    assert created.json()["status"] == "uploaded"
+    put = await http.put(f"/v1/imports/{job_id}/columns", json=MAPPING, headers=auth(bearer))
+    assert put.status_code == 200, put.text
+    started = await http.post(f"/v1/imports/{job_id}/start", headers=auth(bearer))
+    assert started.status_code == 202
+    done = await wait_terminal(http, bearer, job_id)
+    assert counters_of(done)["inserted"] == 3
+    bad = await upload(http, bearer, csv_bytes(HEADER, rows(3800, 1)), start="later")
+    assert bad.status_code == 400
+    assert bad.json() == [{"field": "start", "message": "must be true or false"}]
+
+
+def counters_of(job: dict[str, object]) -> dict[str, int]:
+    counters = job["counters"]
+    assert isinstance(counters, dict)
+    return counters
