@@ -375,8 +375,10 @@ def _layout_word(target: ColumnTarget) -> str:
 
 
 def remembered(choices: Iterable[ColumnChoice], headers: Sequence[str]) -> list[tuple[str, str]]:
-    """(header key, word) of every named column: what the client's memory learns at completion."""
-    pairs = {header_key(headers[c.position]): c.target.word() for c in choices}
+    """(header key, word) of every named column, a column left out as ``ignore``: what the
+    client's memory learns when the import completes."""
+    words = {c.position: c.target.word() for c in choices}
+    pairs = {header_key(h): words.get(i, IGNORE.word()) for i, h in enumerate(headers)}
     return sorted((key, word) for key, word in pairs.items() if key)
 
 

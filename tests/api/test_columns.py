@@ -151,6 +151,7 @@ async def test_columns_suggest_then_the_mapping_imports_and_is_remembered(
         "coluna_2": ("cpf_cnpj", 1),
         "telefone_com_ddd": ("whatsapp", 1),
         "obs": ("custom:Observação", 1),
+        "plano": ("ignore", 1),  # left out
     }
 
     # The next file of the client: the memory comes first, its fields are existing ones now.
@@ -171,7 +172,7 @@ async def test_columns_suggest_then_the_mapping_imports_and_is_remembered(
     assert (await http.get("/v1/columns/memory", headers=auth(other))).json()["items"] == []
 
     forgotten = await http.delete("/v1/columns/memory", headers=auth(bearer))
-    assert forgotten.json() == {"forgotten": 4}
+    assert forgotten.json() == {"forgotten": 5}
     fresh = by_header(
         (await http.get(f"/v1/imports/{second}/columns", headers=auth(bearer))).json()
     )
