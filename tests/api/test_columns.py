@@ -238,7 +238,7 @@ async def test_a_started_import_shows_its_columns_but_takes_no_mapping(
     assert refused.status_code == 409
 
 
-async def test_removing_an_imports_data_takes_its_headers_out_of_the_memory(
+async def test_removing_or_undoing_an_import_takes_its_headers_out_of_the_memory(
     http: httpx.AsyncClient, client_ids: itertools.count[int]
 ) -> None:
     client = next(client_ids)
@@ -264,8 +264,9 @@ async def test_removing_an_imports_data_takes_its_headers_out_of_the_memory(
     again = await http.delete(f"/v1/imports/{first}/data", headers=auth(admin))
     assert again.status_code == 200
     assert (await uses())["telefone_com_ddd"] == 1  # a repeat takes nothing more
-    await http.delete(f"/v1/imports/{second}/data", headers=auth(admin))
-    assert await uses() == {}
+    undone = await http.post(f"/v1/imports/{second}/undo", headers=auth(admin))
+    assert undone.status_code == 200, undone.text
+    assert await uses() == {}  # an undone import is taken back out too
 
 
 async def test_a_multipart_upload_with_start_false_waits_for_its_columns_step(
