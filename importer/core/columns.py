@@ -25,7 +25,7 @@ from enum import StrEnum
 
 from importer.core.errors import CustomFieldNotFoundError
 from importer.core.headers import ALIAS_CONFIDENCE, TargetKind, match_header, says_nothing
-from importer.core.layout import header_key
+from importer.core.layout import Layout, Target, column_targets, header_key
 from importer.core.options import Problems
 from importer.core.report import SOURCE_ERROR_COLUMN, neutralize
 from importer.core.shapes import match_values
@@ -359,12 +359,14 @@ def source_of(position: int, headers: Sequence[str]) -> int | str:
 def mapping_layout(
     choices: Iterable[ColumnChoice], headers: Sequence[str], base: Mapping[str, object] | None
 ) -> dict[str, object]:
-    """The job's layout document: the base's options (delimiter, merge, key…) with these
-    columns, every other column ignored."""
+    """The job's layout document: the base's options (delimiter, merge, key…) with every column
+    named, those left out as ``ignore`` (a header alias would otherwise still map them), and
+    ``"unmapped": "ignore"`` for keys a JSON Lines file's head did not show."""
+    words = {c.position: _layout_word(c.target) for c in choices}
     document = dict(base or {})
     document["columns"] = [
-        {"column": source_of(c.position, headers), "target": _layout_word(c.target)}
-        for c in sorted(choices, key=lambda c: c.position)
+        {"column": source_of(i, headers), "target": words.get(i, "ignore")}
+        for i in range(len(headers))
     ]
     document["unmapped"] = "ignore"
     return document
@@ -382,21 +384,21 @@ def remembered(choices: Iterable[ColumnChoice], headers: Sequence[str]) -> list[
     return sorted((key, word) for key, word in pairs.items() if key)
 
 
-def current_choices(
-    layout: Mapping[str, object] | None, headers: Sequence[str], known: ClientColumns
-) -> dict[int, ColumnTarget] | None:
-    """The targets a job's stored layout gives each column (None: no layout columns), for the
-    columns step to show what is set; a column the layout leaves out is ignored."""
-    columns = layout.get("columns") if layout is not None else None
-    if not isinstance(columns, list) or not columns:
-        return None
-    by_key = {header_key(h): i for i, h in enumerate(headers) if h.strip()}
-    chosen = dict.fromkeys(range(len(headers)), IGNORE)
-    for item in columns:
-        if not isinstance(item, Mapping):
-            continue
-        source, word = item.get("column"), item.get("target")
-        index = source if isinstance(source, int) else by_key.get(header_key(str(source)))
-        if isinstance(index, int) and 0 <= index < len(headers) and isinstance(word, str):
-            chosen[index] = from_word(word, known) or IGNORE
-    return chosen
+def import_targets(
+    layout: Layout | None, headers: Sequence[str], known: ClientColumns
+) -> list[ColumnTarget]:
+    """What the import does with each column as things stand: the layout's mapping (a
+    mapping set in the columns step, or the job's own layout), the other columns by the
+    import's header aliases (``core.layout``), never by the suggestions."""
+    return [_column_target(t, known) for t in column_targets(headers, layout)]
+
+
+def _column_target(target: Target | None, known: ClientColumns) -> ColumnTarget:
+    if target is None:
+        return IGNORE
+    if target.custom is not None:
+        return custom_target(target.custom, known)
+    if target.attribute is not None:
+        return ColumnTarget(TargetKind(target.attribute.value))
+    assert target.channel is not None
+    return ColumnTarget(TargetKind(target.channel.name.lower()))

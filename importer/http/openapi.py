@@ -401,7 +401,8 @@ class ColumnBody(BaseModel):
     samples: list[str] = Field(description="up to 5 values of the first rows, formula-safe")
     suggestion: SuggestionBody
     target: ColumnTargetWord = Field(
-        description="what the import will do: the mapping set, else the suggestion"
+        description="what the import does as it stands: the mapping set (or the job's "
+        "layout), else the header aliases"
     )
     custom_field: CustomFieldBody | None
 

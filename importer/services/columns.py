@@ -21,7 +21,7 @@ from importer.core.columns import (
     CustomField,
     MemoryEntry,
     SampledColumn,
-    current_choices,
+    import_targets,
     mapping_layout,
     memory_of,
     parse_mapping,
@@ -50,6 +50,8 @@ from importer.settings import Settings
 
 # Rows of the head whose values are sampled (five shown; all of them for the value shapes).
 HEAD_ROWS = 50
+# Bytes of a file read at most for its head (a workbook is read whole: a zip's end comes first).
+HEAD_MAX_BYTES = 16 * 1024 * 1024
 # The statuses whose mapping may still change: the file uploaded, no run started.
 MAPPABLE = (JobStatus.UPLOADING, JobStatus.UPLOADED)
 
@@ -84,7 +86,8 @@ async def read_head(source: Source, job: Job, config: PipelineConfig, rows: int)
     blocks = source.blocks(config.read_block_bytes)
     records: list[RawRecord | JsonRecord] = []
     try:
-        records = await _head_records(parser, blocks, rows + 1)
+        limit = None if job.input_format is InputFormat.XLSX else HEAD_MAX_BYTES
+        records = await _head_records(parser, blocks, rows + 1, limit)
     finally:
         parser.close()
         await _close(blocks)
@@ -95,14 +98,18 @@ async def read_head(source: Source, job: Job, config: PipelineConfig, rows: int)
 
 
 async def _head_records(
-    parser: RecordParser, blocks: AsyncIterator[bytes], wanted: int
+    parser: RecordParser, blocks: AsyncIterator[bytes], wanted: int, limit: int | None
 ) -> list[RawRecord | JsonRecord]:
+    """The first ``wanted`` records, or those of the first ``limit`` bytes (a file of giant
+    records, or of none, is not read to its end; None: a workbook, readable only whole)."""
     records: list[RawRecord | JsonRecord] = []
+    read = 0
     async for block in blocks:
         parser.push(block)
+        read += len(block)
         while await asyncio.to_thread(parser.pull) is not None:
             records += parser.take()
-        if len(records) >= wanted:
+        if len(records) >= wanted or (limit is not None and read >= limit):
             return records
     while await asyncio.to_thread(parser.pull_rows) is not None:  # a workbook's rows
         records += parser.take()
@@ -140,12 +147,12 @@ def _json_head(records: Sequence[JsonRecord], rows: int) -> FileHead:
 def columns_step(
     head: FileHead, known: ClientColumns, layout: Mapping[str, object] | None
 ) -> ColumnsStep:
-    """Every column's suggestion and current target (pure: the CLI's ``inspect`` too)."""
+    """Every column's suggestion and its target as things stand (pure: the CLI's too).
+    ``mapped``: the layout names columns (a mapping set here, or the job's own layout)."""
     views = suggest_all(head.columns(), known)
-    chosen = current_choices(layout, head.headers, known)
-    if chosen is None:
-        return ColumnsStep(views, [v.suggestion.target for v in views], False, known)
-    return ColumnsStep(views, [chosen[i] for i in range(len(views))], True, known)
+    parsed = parse_layout(layout) if layout is not None else None
+    targets = import_targets(parsed, head.headers, known)
+    return ColumnsStep(views, targets, bool(parsed is not None and parsed.columns), known)
 
 
 def _options_of(layout: Mapping[str, object] | None) -> dict[str, object]:

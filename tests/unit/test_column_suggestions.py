@@ -22,7 +22,7 @@ from importer.core.columns import (
     MemoryEntry,
     SampledColumn,
     SuggestionReason,
-    current_choices,
+    import_targets,
     mapping_layout,
     memory_of,
     parse_mapping,
@@ -251,10 +251,38 @@ def test_a_mapping_becomes_the_layout_and_the_memory_pairs() -> None:
         ("nome", "name"),
         ("plano", "custom:Plano"),
     ]
-    shown = current_choices(layout, HEADER, FIELDS)
-    assert shown is not None
+    shown = import_targets(parse_layout(layout), HEADER, FIELDS)
     assert shown[2] == ColumnTarget(TargetKind.WHATSAPP)
     assert shown[4] == ColumnTarget(TargetKind.NEW_CUSTOM_FIELD, None, "Extra")
+
+
+def test_without_a_mapping_the_import_goes_by_its_aliases_not_the_suggestions() -> None:
+    header = ("Nome", "Coluna 2", "Celular", "Plano", "", "importer_error")
+    assert import_targets(None, header, FIELDS) == [
+        ColumnTarget(TargetKind.NAME),
+        ColumnTarget(TargetKind.NEW_CUSTOM_FIELD, None, "Coluna 2"),  # suggested: its values
+        ColumnTarget(TargetKind.PHONE),
+        ColumnTarget(TargetKind.CUSTOM_FIELD, 7, "Plano"),
+        ColumnTarget(TargetKind.IGNORE),
+        ColumnTarget(TargetKind.IGNORE),
+    ]
+    ignoring = parse_layout({"columns": {"Coluna 2": "cpf_cnpj"}, "unmapped": "ignore"})
+    kinds = [t.kind for t in import_targets(ignoring, header, FIELDS)]
+    # "unmapped": "ignore" drops the custom fields only: aliases still map (hence a mapping
+    # set in the columns step names every column)
+    assert kinds[:4] == [TargetKind.NAME, TargetKind.CPF_CNPJ, TargetKind.PHONE, TargetKind.IGNORE]
+
+
+def test_a_mapping_names_every_column_so_no_alias_maps_one_left_out() -> None:
+    header = ("Nome", "CPF", "Celular")
+    choices = parse_mapping({"columns": [{"position": 1, "target": "cpf_cnpj"}]}, header, FIELDS)
+    layout = parse_layout(mapping_layout(choices, header, None))
+    assert [t.kind for t in import_targets(layout, header, FIELDS)] == [
+        TargetKind.IGNORE,
+        TargetKind.CPF_CNPJ,
+        TargetKind.IGNORE,
+    ]
+    assert [c.index for c in plan_for_header(header, layout, 512).columns] == [1]
 
 
 def test_bad_mappings_name_every_field_at_fault() -> None:

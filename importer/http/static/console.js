@@ -609,7 +609,7 @@
     return item;
   }
 
-  function targetSelect(column, customFields) {
+  function targetSelect(column, customFields, mapped) {
     const select = document.createElement("select");
     select.id = `column-target-${column.position}`;
     select.className = "column-target";
@@ -620,16 +620,19 @@
     for (const field of customFields) {
       select.append(option(`custom_field:${String(field.id)}`, `Custom field: ${String(field.name)}`));
     }
-    const newName = column.custom_field && column.custom_field.id === null
-      ? String(column.custom_field.name)
-      : String(column.header).trim();
+    const proposed = mapped ? column.custom_field : column.suggestion.custom_field;
+    const newName =
+      proposed && proposed.id === null ? String(proposed.name) : String(column.header).trim();
     if (newName) {
       const created = option("new_custom_field", `New custom field: ${newName}`);
       created.dataset.name = newName;
       select.append(created);
     }
     select.append(option("ignore", "Ignore"));
-    select.value = targetValue(column.target, column.custom_field);
+    // Once a mapping is set, the select shows it; before, the suggestion (saved with the rest).
+    select.value = mapped
+      ? targetValue(column.target, column.custom_field)
+      : targetValue(column.suggestion.target, column.suggestion.custom_field);
     return select;
   }
 
@@ -649,7 +652,7 @@
     row.classList.toggle("new-field", select.value === "new_custom_field");
   }
 
-  function columnRow(column, customFields) {
+  function columnRow(column, customFields, mapped) {
     const row = document.createElement("tr");
     row.dataset.position = String(column.position);
     row.append(cell(String(column.position)));
@@ -658,7 +661,7 @@
     samples.className = "samples";
     row.append(samples);
     const choose = document.createElement("td");
-    const select = targetSelect(column, customFields);
+    const select = targetSelect(column, customFields, mapped);
     select.addEventListener("change", () => markNewField(row, select));
     choose.append(select);
     row.append(choose);
@@ -677,7 +680,9 @@
     $("columns-job").textContent = id;
     const body = $("columns-body");
     body.replaceChildren(
-      ...document_.columns.map((column) => columnRow(column, document_.custom_fields)),
+      ...document_.columns.map((column) =>
+        columnRow(column, document_.custom_fields, document_.mapped === true),
+      ),
     );
     $("columns-start").disabled = false;
     $("columns").hidden = false;
