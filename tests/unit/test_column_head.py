@@ -23,6 +23,7 @@ from importer.services.columns import (
 )
 from importer.services.runs import ObjectSource, job_config
 from importer.settings import Settings
+from tests.xlsx_support import write_workbook
 
 ROWS = 50
 
@@ -91,3 +92,12 @@ async def test_a_file_without_a_line_break_is_not_read_to_its_end(tmp_path: Path
     with pytest.raises(FileRejectedError):
         await read_head(source, job, job_config(Settings(), job), ROWS)
     assert source.read <= HEAD_MAX_BYTES + Settings().read_block_bytes
+
+
+async def test_a_workbook_head_from_its_sheet(tmp_path: Path) -> None:
+    rows = [["Nome", "CPF", "Celular"], *[[f"P{i}", "52998224725", 11987654321] for i in range(80)]]
+    path = write_workbook(tmp_path / "c.xlsx", rows)
+    head = await head_of(path, InputFormat.XLSX)
+    assert head.headers == ("Nome", "CPF", "Celular")
+    assert len(head.rows) == ROWS
+    assert head.rows[0] == ("P0", "52998224725", "11987654321")
