@@ -45,6 +45,7 @@ from importer.ports import ColumnStore, JobStore, ObjectStore, Source
 from importer.read.blocks import RecordParser
 from importer.read.records import JsonRecord, RawRecord
 from importer.services.imports import can_see
+from importer.services.local import S3_SCHEME
 from importer.services.runs import ObjectSource, job_config
 from importer.settings import Settings
 
@@ -70,8 +71,8 @@ class FileHead:
 
 @dataclass(frozen=True, slots=True)
 class ColumnsStep:
-    """What the columns step shows of one file: each column's suggestion and its target now
-    (the job's mapping when one is set, else the suggestion)."""
+    """What the columns step shows of one file: each column's suggestion and what the import
+    does with it as it stands (the mapping set, or the job's layout, else the header aliases)."""
 
     columns: list[ColumnView]
     targets: list[ColumnTarget]
@@ -126,12 +127,16 @@ async def _close(blocks: AsyncIterator[bytes]) -> None:
 
 
 def _csv_head(records: Sequence[RawRecord], rows: int, has_header: bool) -> FileHead:
-    readable = [tuple(r.fields) for r in records if r.fields is not None]
-    if not readable:
-        raise FileRejectedError(Reason.EMPTY_FILE, "the file has no readable header")
-    width = max(len(r) for r in readable)
-    headers = readable[0] if has_header else tuple("" for _ in range(width))
-    body = readable[1:] if has_header else readable
+    """A CSV's (or a sheet's) header and first rows; the rows the import would reject as
+    unreadable are no samples."""
+    if not records or (has_header and records[0].fields is None):
+        why = records[0].reason if records else None
+        detail = "the file has no readable header" + (f" ({why})" if why else "")
+        raise FileRejectedError(Reason.EMPTY_FILE, detail)
+    body = [tuple(r.fields) for r in records[1 if has_header else 0 :] if r.fields is not None]
+    first = records[0].fields
+    width = max((len(r) for r in body), default=0)
+    headers = tuple(first) if has_header and first is not None else ("",) * width
     return FileHead(tuple(h.strip() for h in headers), tuple(body[:rows]))
 
 
@@ -243,16 +248,19 @@ class ColumnService:
         self._settings = settings
 
     async def inspect(self, principal: Principal, job_id: uuid.UUID) -> ColumnsStep:
-        job, head, known = await self._read(principal, job_id)
-        return columns_step(head, known, job.layout)
+        known = await self.known(principal)
+        job = await self._job(principal, job_id)
+        return columns_step(await self._head(job), known, job.layout)
 
     async def set_mapping(
         self, principal: Principal, job_id: uuid.UUID, body: Mapping[str, object]
     ) -> ColumnsStep:
         """Store the mapping as the job's layout (and the pairs its completion remembers)."""
-        job, head, known = await self._read(principal, job_id)
+        known = await self.known(principal)
+        job = await self._job(principal, job_id)
         if job.status not in MAPPABLE:
             raise ColumnsLockedError(f"import {job_id} is {job.status}: its columns are set")
+        head = await self._head(job)
         choices = parse_mapping(body, head.headers, known)
         layout = mapping_layout(choices, head.headers, _options_of(job.layout))
         jsonl = job.input_format is InputFormat.JSONL
@@ -275,20 +283,17 @@ class ColumnService:
         principal.require(Permission.CONTACT_IMPORT_CREATE)
         return await self._columns.clear_memory(principal.client_id)
 
-    async def _read(
-        self, principal: Principal, job_id: uuid.UUID
-    ) -> tuple[Job, FileHead, ClientColumns]:
-        known = await self.known(principal)
+    async def _job(self, principal: Principal, job_id: uuid.UUID) -> Job:
+        """The caller's job (another user's, or another tenant's, is not found)."""
         view = await self._jobs.view_job(principal.client_id, job_id)
         if not can_see(principal, view):
             raise JobNotFoundError(f"import {job_id} does not exist")
-        job = await self._jobs.stored_job(principal.client_id, job_id)
-        return job, await self._head(job), known
+        return await self._jobs.stored_job(principal.client_id, job_id)
 
     async def _head(self, job: Job) -> FileHead:
         if job.status is JobStatus.UPLOADING or job.local_path is not None:
             raise ColumnsUnavailableError(f"import {job.id}: its file is not uploaded here")
-        if job.source.startswith("s3://"):
+        if job.source.startswith(S3_SCHEME):
             raise ColumnsUnavailableError(f"import {job.id}: a command line's object")
         source = ObjectSource(self._objects, job.source, size=None, pinned=None, name=job.filename)
         try:
