@@ -124,6 +124,13 @@ async def test_the_columns_step_maps_previews_applies_and_remembers(
         await expect(page.locator("#column-target-3")).to_have_value(
             re.compile(r"^custom_field:\d+$")
         )
+        # Back later: the history opens an uploaded import at its columns step.
+        await page.reload()
+        await expect(page.locator("#columns")).to_be_hidden()
+        await page.locator(f'#history-body tr[data-job-id="{second}"] button').click()
+        await expect(page.locator("#columns")).to_be_visible(timeout=UI_TIMEOUT_MS)
+        await expect(page.locator("#columns-job")).to_have_text(second)
+        await expect(page.locator("#column-target-2")).to_have_value("whatsapp")
         await page.click("#columns-forget")
         await expect(page.locator("#message")).to_contain_text("Forgot 5 remembered")
         memory = (await http.get("/v1/columns/memory", headers=auth(bearer))).json()

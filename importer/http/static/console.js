@@ -530,7 +530,12 @@
     const open = document.createElement("button");
     open.type = "button";
     open.textContent = "Open";
-    open.addEventListener("click", () => watch(String(job.id)));
+    // An import uploaded and not started opens at its columns step.
+    open.addEventListener("click", () =>
+      job.status === "uploaded"
+        ? showColumns(String(job.id)).catch((error) => say(`Columns: ${error.message}`))
+        : watch(String(job.id)),
+    );
     const td = document.createElement("td");
     td.append(open);
     tr.append(td);
