@@ -10,9 +10,12 @@ read from its end, as a zip is, so its whole file is spooled first. The suggesti
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+
+import structlog
 
 from importer.core.columns import (
     ClientColumns,
@@ -38,6 +41,7 @@ from importer.core.errors import (
     LayoutError,
     ObjectNotFoundError,
 )
+from importer.core.headers import TargetKind
 from importer.core.layout import LAYOUT_KEYS, parse_layout, plan_for_header, plan_for_keys
 from importer.core.models import ConflictStrategy, InputFormat, Job, JobStatus, Reason
 from importer.core.principals import Permission, Principal
@@ -48,6 +52,8 @@ from importer.services.imports import can_see
 from importer.services.local import S3_SCHEME
 from importer.services.runs import ObjectSource, job_config
 from importer.settings import Settings
+
+log = structlog.get_logger(__name__)
 
 # Rows of the head whose values are sampled (five shown; all of them for the value shapes).
 HEAD_ROWS = 50
@@ -268,6 +274,13 @@ class ColumnService:
         pairs = remembered(choices, head.headers)
         if not await self._columns.set_mapping(principal.client_id, job_id, layout, pairs):
             raise ColumnsLockedError(f"import {job_id} has started: its columns are set")
+        log.info(
+            "columns_mapped",
+            job_id=str(job_id),
+            client_id=principal.client_id,
+            mapped=sum(1 for c in choices if c.target.kind is not TargetKind.IGNORE),
+            columns=len(head.headers),
+        )
         return columns_step(head, known, layout)
 
     async def known(self, principal: Principal) -> ClientColumns:
@@ -296,9 +309,19 @@ class ColumnService:
         if job.source.startswith(S3_SCHEME):
             raise ColumnsUnavailableError(f"import {job.id}: a command line's object")
         source = ObjectSource(self._objects, job.source, size=None, pinned=None, name=job.filename)
+        started = time.perf_counter()
         try:
-            return await read_head(source, job, job_config(self._settings, job), HEAD_ROWS)
+            head = await read_head(source, job, job_config(self._settings, job), HEAD_ROWS)
         except ObjectNotFoundError:
             raise ColumnsUnavailableError(f"import {job.id}: its file is gone") from None
         except FileRejectedError as exc:
             raise ColumnsUnavailableError(f"import {job.id}: {exc.detail}") from None
+        log.info(
+            "columns_read",
+            job_id=str(job.id),
+            client_id=job.client_id,
+            columns=len(head.headers),
+            rows=len(head.rows),
+            ms=round((time.perf_counter() - started) * 1000, 1),
+        )
+        return head
