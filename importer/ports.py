@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from importer.core import lifecycle
 from importer.core.accelerator import RateDecision
+from importer.core.columns import CustomField, MemoryEntry
 from importer.core.duplicates import Competition
 from importer.core.keys import KeyGroups
 from importer.core.models import (
@@ -645,6 +646,28 @@ class CatalogStore(Protocol):
     ) -> StoredLayout: ...
 
     async def delete_layout(self, client_id: int, layout_id: int) -> None: ...
+
+
+class ColumnStore(Protocol):
+    """The columns step's tenant data: custom fields, the memory, a job's mapping."""
+
+    async def custom_fields(self, client_id: int) -> tuple[CustomField, ...]: ...
+
+    async def memory(self, client_id: int) -> list[MemoryEntry]: ...
+
+    async def set_mapping(
+        self,
+        client_id: int,
+        job_id: uuid.UUID,
+        layout: Mapping[str, object],
+        pairs: Sequence[tuple[str, str]],
+    ) -> bool:
+        """Store the mapping of a job not started yet; False when it has started (or is gone)."""
+        ...
+
+    async def clear_memory(self, client_id: int) -> int:
+        """Forget every remembered header of the client; how many entries went."""
+        ...
 
 
 class Delivery(Protocol):

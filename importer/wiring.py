@@ -27,8 +27,9 @@ from importer.adapters.postgres.store import PostgresStore
 from importer.adapters.postgres.undo import PostgresUndo
 from importer.adapters.postgres.views import PostgresJobViews
 from importer.adapters.storage.local import LocalObjectStore
+from importer.core.columns import ClientColumns, memory_of
 from importer.core.errors import AcceleratorError, ConfigurationError
-from importer.core.models import Job
+from importer.core.models import InputFormat, Job
 from importer.core.objects import StoredObject
 from importer.core.report import write_csv_duplicates, write_csv_report
 from importer.core.unreachable import HINTS, mask_url
@@ -47,6 +48,13 @@ from importer.ports import (
     Store,
 )
 from importer.services.admin import AdminService
+from importer.services.columns import (
+    HEAD_ROWS,
+    ColumnsStep,
+    columns_step,
+    read_head,
+    transient_job,
+)
 from importer.services.leases import process_owner
 from importer.services.local import (
     S3_SCHEME,
@@ -543,6 +551,30 @@ async def job_reader(settings: Settings) -> AsyncIterator[PostgresJobViews]:
         yield PostgresJobViews(pool, retention_days=settings.retention_days)
     finally:
         await pool.close()
+
+
+async def inspect_file(
+    settings: Settings,
+    path: Path,
+    client_id: int,
+    input_format: InputFormat,
+    layout: dict[str, object] | None,
+) -> ColumnsStep:
+    """``importer inspect``: a local file's columns step for a client (its custom fields and
+    memory from DATABASE_URL); only the file's head is read."""
+    from importer.adapters.postgres.columns import PostgresColumns
+
+    pool = await connect_pool(settings.database_url, 1)
+    try:
+        store = PostgresColumns(pool)
+        fields = await store.custom_fields(client_id)
+        known = ClientColumns(fields, memory_of(await store.memory(client_id)))
+    finally:
+        await pool.close()
+    job = transient_job(path.name, input_format, layout)
+    source = ObjectSource(LocalObjectStore(path.parent), path.name, size=None, pinned=None)
+    head = await read_head(source, job, job_config(settings, job), HEAD_ROWS)
+    return columns_step(head, known, layout)
 
 
 @contextlib.asynccontextmanager

@@ -19,6 +19,7 @@ from importer import wiring
 from importer.cli.database import db_command
 from importer.cli.output import (
     TerminalProgress,
+    columns_table,
     history_table,
     outcome_document,
     status_table,
@@ -35,6 +36,7 @@ from importer.core.models import TERMINAL_STATUSES, InputFormat, JobStatus
 from importer.core.principals import Permission, Principal
 from importer.http.auth import mint_token
 from importer.services import admin
+from importer.services.columns import columns_document
 from importer.services.local import ImportOutcome, ImportRequest
 from importer.services.runs import format_for
 from importer.services.webhooks import set_client_webhook
@@ -189,6 +191,28 @@ async def _read_document(settings: Settings, args: argparse.Namespace) -> dict[s
         return await admin.job_history(jobs, wanted, now)
 
 
+def _inspect(settings: Settings, args: argparse.Namespace) -> int:
+    """``importer inspect FILE --client-id N``: the columns step of a local file."""
+    layout = None
+    if args.layout is not None:
+        layout = orjson.loads(args.layout.read_bytes())
+        if not isinstance(layout, dict):
+            raise ImporterError("the layout file must hold a JSON object")
+        parse_layout(layout)  # refused as the import would refuse it
+    input_format = InputFormat(args.format) if args.format else format_for(args.path.name)
+    step = uvloop.run(
+        wiring.inspect_file(settings, args.path, args.client_id, input_format, layout)
+    )
+    if args.json:
+        sys.stdout.write(orjson.dumps(columns_document(None, step)).decode() + "\n")
+    else:
+        console = Console()
+        Console(width=max(console.width, 132) if not console.is_terminal else None).print(
+            columns_table(step)
+        )
+    return 0
+
+
 def _token(settings: Settings, args: argparse.Namespace) -> int:
     """Print a token the local API accepts, so the README's curl flow needs no identity provider."""
     principal = Principal(
@@ -291,6 +315,7 @@ _COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
     "client": _admin,
     "status": _read,
     "history": _read,
+    "inspect": _inspect,
     "serve": _serve,
     "import": _import,
 }

@@ -12,9 +12,12 @@ import orjson
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
+from rich.text import Text
 
+from importer.core.columns import ColumnTarget
 from importer.core.models import Counters
 from importer.core.progress import Phase, RateWindow, eta_seconds, format_eta, run_phase
+from importer.services.columns import ColumnsStep
 from importer.services.local import ImportOutcome
 
 
@@ -198,4 +201,39 @@ def history_table(document: Mapping[str, object]) -> Table:
         table.add_row(*history_row(item))
     if document.get("more"):
         table.caption = "more: raise --limit or filter"
+    return table
+
+
+COLUMNS_COLUMNS = ("#", "header", "samples", "suggested", "why", "confidence", "as it stands")
+
+
+def _target_text(target: ColumnTarget) -> str:
+    shown = target.kind.value
+    if target.field_name is not None:
+        number = "" if target.field_id is None else f" #{target.field_id}"
+        shown += f" {target.field_name!r}{number}"
+    return shown
+
+
+def columns_table(step: ColumnsStep) -> Table:
+    """``importer inspect``: one row per column, the suggestion and why, and what the import
+    does with the column as it stands (blank when that is the suggestion)."""
+    table = Table(title="columns")
+    for name in COLUMNS_COLUMNS:
+        table.add_column(name, overflow="fold")
+    for view, target in zip(step.columns, step.targets, strict=True):
+        suggestion = view.suggestion
+        why = suggestion.reason.value
+        if suggestion.share is not None:
+            why += f" ({suggestion.share:.0%} of samples)"
+        cells = (
+            str(view.column.position),
+            view.column.header,
+            " | ".join(view.column.samples),
+            _target_text(suggestion.target),
+            why,
+            f"{suggestion.confidence:.2f}",
+            "" if target == suggestion.target else _target_text(target),
+        )
+        table.add_row(*(Text(cell) for cell in cells))  # a file's text is never markup
     return table

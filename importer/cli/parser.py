@@ -48,6 +48,7 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     _add_db_parsers(commands)
     _add_import_parser(commands, settings)
     _add_read_parsers(commands)
+    _add_inspect_parser(commands)
     _add_token_parser(commands)
     _add_serve_parser(commands)
     _add_admin_parsers(commands)
@@ -283,6 +284,36 @@ def _add_read_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPars
         help="at most N imports (default %(default)s)",
     )
     history.add_argument("--json", action="store_true", help="print {items, more} as JSON")
+
+
+def _add_inspect_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``importer inspect``: the API's columns step for a local file."""
+    inspect = commands.add_parser(
+        "inspect",
+        help="a file's columns: samples and the suggested target of each (reads the head only)",
+        description="Show each column of a file with up to 5 sample values and the target the\n"
+        "columns step suggests (and why: memory, alias, custom_field, values), for a client\n"
+        "(its custom fields and remembered headers, from DATABASE_URL). Write the mapping you\n"
+        'want as a layout ({"columns": [{"column": 2, "target": "whatsapp"}]}) for --layout.',
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    inspect.add_argument("path", type=Path, metavar="FILE", help="a local CSV/JSONL/XLSX file")
+    inspect.add_argument(
+        "--client-id", type=_client_id, required=True, metavar="N", help="the tenant (required)"
+    )
+    inspect.add_argument(
+        "--format",
+        choices=[f.value for f in InputFormat],
+        help="the file's format (default: from its name)",
+    )
+    inspect.add_argument(
+        "--layout",
+        type=Path,
+        metavar="FILE",
+        help="a layout (delimiter, encoding, header, sheet) to read the file with; its columns "
+        "are shown as the current targets",
+    )
+    inspect.add_argument("--json", action="store_true", help="print the API's columns document")
 
 
 def _non_empty(raw: str) -> str:

@@ -96,6 +96,12 @@ class LayoutNotFoundError(NotFoundError):
     """The layout does not exist."""
 
 
+class CustomFieldNotFoundError(NotFoundError):
+    """The custom field does not exist."""
+
+    code = "custom_field_not_found"
+
+
 # --- conflicts ------------------------------------------------------------------------------------
 
 
@@ -103,6 +109,18 @@ class IllegalTransitionError(ConflictError):
     """The job cannot move to that status from its current one."""
 
     code = "illegal_transition"
+
+
+class ColumnsLockedError(ConflictError):
+    """The import has already started: its columns can no longer be mapped."""
+
+    code = "import_already_started"
+
+
+class ColumnsUnavailableError(ConflictError):
+    """The import's file cannot be read for its columns (not uploaded yet, or gone)."""
+
+    code = "columns_unavailable"
 
 
 class ImportAlreadyAppliedError(ConflictError):

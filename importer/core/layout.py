@@ -296,6 +296,17 @@ def plan_for_keys(keys: Sequence[str], layout: Layout | None) -> RowPlan:
     return RowPlan(tuple(columns), None, channel)
 
 
+def column_targets(names: Sequence[str], layout: Layout | None) -> list[Target | None]:
+    """What an import does with each named column as things stand (None: ignored): the
+    layout's columns, the others by their aliases — the columns step shows it (core.columns)."""
+    explicit = _explicit_targets(names, layout)
+    unmapped_as_custom = layout is None or layout.unmapped_as_custom
+    return [
+        explicit[i] if i in explicit else _implicit_target(name, unmapped_as_custom)
+        for i, name in enumerate(names)
+    ]
+
+
 def _key_channel(layout: Layout | None) -> Channel | None:
     return None if layout is None else layout.key.channel
 

@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from importer import wiring
 from importer.adapters.postgres.admin import PostgresAdmin
 from importer.adapters.postgres.catalog import CatalogStore
+from importer.adapters.postgres.columns import PostgresColumns
 from importer.adapters.postgres.pool import connect_pool
 from importer.adapters.postgres.queue import PostgresJobQueue
 from importer.adapters.postgres.store import PostgresStore
@@ -37,6 +38,7 @@ from importer.http.priority import PriorityMiddleware, RequestPriority
 from importer.http.routes import ROUTERS
 from importer.metrics import ApiMetrics, MetricsMiddleware
 from importer.services.admin import AdminService
+from importer.services.columns import ColumnService
 from importer.services.imports import ImportService
 from importer.services.supervisor import Supervisor
 from importer.services.worker import Worker
@@ -127,6 +129,12 @@ async def open_resources(
                     PostgresUndo(pool, retention_days=settings.retention_days),
                     PostgresJobQueue(pool, compiled=settings.compiled),
                 ),
+            )
+            app.state.resources.columns = ColumnService(
+                PostgresJobViews(pool, retention_days=settings.retention_days),
+                PostgresColumns(pool),
+                objects,
+                settings,
             )
             app.state.resources.client_webhooks = PostgresClientWebhooks(pool)
             app.state.resources.resolver = SystemResolver()

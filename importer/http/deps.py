@@ -23,6 +23,7 @@ from importer.http.auth import TokenVerifier, parse_bearer
 from importer.metrics import ApiMetrics
 from importer.ports import ClientWebhooks, ObjectStore, Resolver
 from importer.services.admin import AdminService
+from importer.services.columns import ColumnService
 from importer.services.imports import ImportService
 from importer.services.relay import OutboxRelay
 from importer.services.supervisor import Supervisor
@@ -48,6 +49,7 @@ class Resources:
     admin: AdminService | None = None  # the owner's operations
     client_webhooks: ClientWebhooks | None = None  # the clients' webhook settings
     resolver: Resolver | None = None  # a webhook target's addresses, checked
+    columns: ColumnService | None = None  # the columns step
     draining: asyncio.Event = field(default_factory=asyncio.Event)
 
     def drain(self) -> None:

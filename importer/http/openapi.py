@@ -10,6 +10,7 @@ validator knows, and the other way round.
 from __future__ import annotations
 
 import datetime as dt
+import typing
 import uuid
 from typing import Any, Literal
 
@@ -220,9 +221,15 @@ class ImportOptionsBody(BaseModel):
 
 class MultipartImportForm(ImportOptionsBody):
     file: bytes = Field(description="the CSV, JSONL or XLSX file (optionally .gz); streamed")
+    start: bool = Field(
+        default=True,
+        description="false: the job stays `uploaded` (201) for its columns step; start it "
+        "with POST /v1/imports/{job_id}/start",
+    )
 
 
-class HsmImportForm(MultipartImportForm):
+class HsmImportForm(ImportOptionsBody):
+    file: bytes = Field(description="the CSV, JSONL or XLSX file (optionally .gz); streamed")
     intent: str = Field(description='JSON: {"kind": "hsm"|"sms"|"email", "params": {...}}')
 
 
@@ -353,3 +360,100 @@ class WebhookSecretBody(BaseModel):
     client_id: int
     notify_url: str | None
     secret: str = Field(description="the signing secret: the receiver verifies with it")
+
+
+# --- the columns step (issue 29) ----------------------------------------------------------------
+
+ColumnTargetWord = Literal[
+    "name",
+    "cpf_cnpj",
+    "street_address",
+    "phone",
+    "whatsapp",
+    "email",
+    "journey",
+    "custom_field",
+    "new_custom_field",
+    "ignore",
+]
+
+
+class CustomFieldBody(BaseModel):
+    id: int | None = Field(description="the client's field; null: a field the import creates")
+    name: str
+
+
+class SuggestionBody(BaseModel):
+    target: ColumnTargetWord
+    custom_field: CustomFieldBody | None
+    reason: Literal["memory", "alias", "custom_field", "values", "unmatched"] = Field(
+        description="memory: this client mapped this header before; alias: the header names "
+        "the target; custom_field: an existing field's name; values: the sampled values look "
+        "like it (share); unmatched: nothing did (a new custom field, or ignore)"
+    )
+    confidence: float = Field(ge=0, le=1)
+    share: float | None = Field(description="values: the share of samples that matched")
+
+
+class ColumnBody(BaseModel):
+    position: int
+    header: str
+    samples: list[str] = Field(description="up to 5 values of the first rows, formula-safe")
+    suggestion: SuggestionBody
+    target: ColumnTargetWord = Field(
+        description="what the import does as it stands: the mapping set (or the job's "
+        "layout), else the header aliases"
+    )
+    custom_field: CustomFieldBody | None
+
+
+class ColumnsBody(BaseModel):
+    import_id: uuid.UUID
+    mapped: bool = Field(description="a mapping is set (PUT), else the targets are suggestions")
+    columns: list[ColumnBody]
+    custom_fields: list[CustomFieldBody] = Field(description="the client's custom fields")
+
+
+COLUMN_MAPPING_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["columns"],
+    "additionalProperties": False,
+    "properties": {
+        "columns": {
+            "type": "array",
+            "description": "the columns to import; a column left out is ignored",
+            "items": {
+                "type": "object",
+                "required": ["position", "target"],
+                "additionalProperties": False,
+                "properties": {
+                    "position": {"type": "integer", "minimum": 0},
+                    "target": {"type": "string", "enum": list(typing.get_args(ColumnTargetWord))},
+                    "custom_field_id": {
+                        "type": "integer",
+                        "description": "target custom_field: the client's field",
+                    },
+                    "name": {
+                        "type": "string",
+                        "description": "target new_custom_field: its name (default: the header)",
+                    },
+                },
+            },
+        }
+    },
+}
+
+
+class MemoryEntryBody(BaseModel):
+    header_key: str = Field(description="the header, case, accents and separators folded")
+    target: str = Field(description="a layout word: name, phone, custom:<field>, ignore…")
+    uses: int
+    last_used_at: dt.datetime
+
+
+class MemoryBody(BaseModel):
+    items: list[MemoryEntryBody]
+
+
+class ForgottenBody(BaseModel):
+    forgotten: int = Field(description="entries removed")

@@ -51,6 +51,7 @@ from importer.core.options import (
     check_fields,
     display_filename,
     object_key,
+    parse_bool,
     parse_intent,
     parse_layout_body,
     parse_options,
@@ -64,6 +65,9 @@ from importer.services.reports import available_source, source_report
 from importer.services.runs import format_for, job_config
 from importer.services.webhooks import check_notify_url
 from importer.settings import Settings
+
+# A multipart create's field: "false" leaves the job uploaded, for its columns step (issue 29).
+START_FIELD = "start"
 
 # Lifetime of a presigned (or self-hosted) upload URL.
 UPLOAD_URL_TTL_S = 3600
@@ -166,6 +170,7 @@ class ImportService:
         self.check_upload(principal, hsm=hsm)
         try:
             options, intent = await self._form_options(principal, fields, hsm=hsm)
+            start = _start_now(fields)
         except BaseException:
             await self.discard(planned)
             raise
@@ -179,6 +184,8 @@ class ImportService:
             kind=KIND_HSM if hsm else KIND_CONTACTS,
         )
         await self._catalog.create_linked_job(new_job, JobStatus.UPLOADED, intent)
+        if not start:  # its columns step first (``start=false``): POST …/start later
+            return await self._view(principal, planned.job_id)
         return await self._jobs.start_job(
             principal.client_id, planned.job_id, operation_id or f"create:{planned.job_id}"
         )
@@ -187,7 +194,13 @@ class ImportService:
         self, principal: Principal, fields: Mapping[str, str], *, hsm: bool
     ) -> tuple[ImportOptions, FiringIntent | None]:
         problems = Problems()
-        check_fields(fields, (*OPTION_FIELDS, "intent") if hsm else OPTION_FIELDS, problems)
+        allowed = (*OPTION_FIELDS, "intent") if hsm else (*OPTION_FIELDS, START_FIELD)
+        check_fields(fields, allowed, problems)
+        if START_FIELD in fields:
+            try:
+                parse_bool(fields[START_FIELD])
+            except ValueError as exc:
+                problems.add(START_FIELD, str(exc))
         intent = None
         if hsm:
             try:
@@ -465,6 +478,11 @@ class ImportService:
             duplicates_report=options.duplicates_report,
             journaled=self._settings.undo_journal,
         )
+
+
+def _start_now(fields: Mapping[str, str]) -> bool:
+    """A multipart create's ``start`` (default true): false leaves the job ``uploaded``."""
+    return parse_bool(fields.get(START_FIELD, "true"))
 
 
 def _with_layout(options: ImportOptions, document: dict[str, object]) -> ImportOptions:

@@ -683,3 +683,23 @@ CREATE TABLE IF NOT EXISTS import_key_groups (
     key_values  text[] NOT NULL,
     canonicals  text[] NOT NULL
 );
+
+-- The columns step (issue 29). A job's mapping set through it (PUT /v1/imports/{id}/columns,
+-- stored as its layout) also keeps, per named column, the header as core.layout.header_key folds
+-- it and the target's layout word: finalize_job's caller adds them to the client's memory once
+-- the import completes (columns_remembered_at, once per job), and removing the import's data or
+-- purging it at retention takes them back out.
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS column_mapping jsonb;  -- [[header_key, word], ...]
+ALTER TABLE import_job ADD COLUMN IF NOT EXISTS columns_remembered_at timestamptz;
+
+-- What each client mapped each header to: the first source of the columns step's suggestions.
+-- `uses`: how many remembered imports mapped it so (an entry at 0 is deleted). Tenant data:
+-- every statement is scoped by client_id.
+CREATE TABLE IF NOT EXISTS import_column_memory (
+    client_id     integer NOT NULL,
+    header_key    text NOT NULL,
+    target        text NOT NULL,   -- a layout word: name, phone, custom:<field>, ignore
+    uses          integer NOT NULL CHECK (uses > 0),
+    last_used_at  timestamptz NOT NULL,
+    PRIMARY KEY (client_id, header_key, target)
+);

@@ -117,6 +117,7 @@ async def test_unknown_route_and_method_have_the_error_shape(http: httpx.AsyncCl
 SAMPLE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("put", "/v1/layouts/{layout_id}"): {"json": {"name": "x", "document": {"columns": []}}},
     ("put", "/v1/uploads/{job_id}"): {"content": b"nome,cpf\n"},
+    ("put", "/v1/imports/{job_id}/columns"): {"json": {"columns": []}},
 }
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from importer.adapters.postgres.columns import PostgresColumns
 from importer.adapters.postgres.undo import PostgresUndo
 from importer.adapters.storage.local import LocalObjectStore
 from importer.core.errors import ObjectNotFoundError, RetentionExpiredError
@@ -137,3 +138,35 @@ async def test_the_sweep_purges_the_imports_past_their_retention_once(
     assert later.purged[0][0] == 1
     status = (await env.views.view_job(client, young)).status  # type: ignore[arg-type]
     assert status in (JobStatus.COMPLETED, JobStatus.COMPLETED_WITH_PLACEHOLDERS)
+
+
+async def test_a_purged_import_takes_its_columns_out_of_the_clients_memory(
+    env: Env, client_ids: Iterator[int], tmp_path: Path
+) -> None:
+    """The columns step's memory (issue 29) is the client's data: each import's mapping counts
+    while the import's data is kept, and the sweep takes it back out."""
+    client = next(client_ids)
+    columns = PostgresColumns(env.pool)
+    mapping = {"columns": [{"column": "cpf", "target": "cpf_cnpj"}], "unmapped": "ignore"}
+    pairs = [("cpf", "cpf_cnpj"), ("nome", "ignore")]
+    jobs = []
+    for name, first in (("old.csv", 0), ("young.csv", 30)):
+        job_id = await upload_job(env, client, contacts_csv(tmp_path / name, 20, first=first))
+        assert await columns.set_mapping(client, job_id, mapping, pairs)
+        await env.views.start_job(client, job_id, f"start:{job_id}")
+        await asyncio.wait_for(_worker(env, dt.datetime.now(dt.UTC)).run(), WAIT_S)
+        jobs.append(job_id)
+    assert not await columns.set_mapping(client, jobs[0], mapping, pairs)  # started: refused
+
+    async def uses() -> dict[str, int]:
+        return {e.header_key: e.uses for e in await columns.memory(client)}
+
+    assert await uses() == {"cpf": 2, "nome": 2}
+    await env.pool.execute(
+        "UPDATE import_job SET finished_at = now() - interval '31 days' WHERE id = $1", jobs[0]
+    )
+    await _worker(env, dt.datetime.now(dt.UTC)).sweep_retention(force=True)
+    assert await uses() == {"cpf": 1, "nome": 1}
+    await _worker(env, dt.datetime.now(dt.UTC) + dt.timedelta(days=40)).sweep_retention(force=True)
+    assert await uses() == {}
+    assert await columns.memory(next(client_ids)) == []

@@ -129,10 +129,11 @@ def test_every_element_the_script_looks_up_is_on_the_page() -> None:
 
 def test_the_form_fields_the_script_sends_are_create_options() -> None:
     from importer.core.options import OPTION_FIELDS
+    from importer.services.imports import START_FIELD
 
     sent = set(re.findall(r'form\.append\("([a-z_]+)"', _static("console.js")))
-    assert {"preview", "max_invalid"} <= sent
-    assert sent - {"file"} <= set(OPTION_FIELDS)
+    assert {"preview", "max_invalid", START_FIELD} <= sent
+    assert sent - {"file", START_FIELD} <= set(OPTION_FIELDS)
 
 
 def test_the_page_has_no_inline_code_the_policy_would_block() -> None:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
+from importer.adapters.postgres.columns import forget_on
 from importer.adapters.postgres.jobs import admin_locked, refuse_requeue
 from importer.adapters.postgres.pool import pooled, translated_errors
 from importer.adapters.postgres.records import now
@@ -67,6 +68,7 @@ class PostgresAdmin:
                 )
                 ledger = await conn.fetchrow(self._q["clear_job_ledger"], job_id)
                 marked = await conn.fetchrow(self._q["mark_data_removed"], job_id, removed_at)
+                await forget_on(conn, job_id)  # its headers leave the client's memory
         assert contacts is not None
         assert keyless is not None
         assert ledger is not None

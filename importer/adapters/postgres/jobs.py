@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import structlog
 
+from importer.adapters.postgres.columns import remember_on
 from importer.adapters.postgres.duplicates import duplicate_rows
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.adapters.postgres.records import (
@@ -63,9 +64,12 @@ async def finalize_on(
     q = queries()
     await conn.execute(q["synchronous_commit"])
     await conn.execute(q["lock_job"], job_id)
-    return await conn.fetchrow(
+    row = await conn.fetchrow(
         q["finalize_job"], job_id, target.value, fail_reason, now(), sources, owner
     )
+    if row is not None:  # a completed import's column mapping joins its client's memory
+        await remember_on(conn, job_id)
+    return row
 
 
 async def apply_preview(

@@ -8,7 +8,8 @@ import uuid
 
 import asyncpg
 
-from importer.adapters.postgres.pool import translated_errors
+from importer.adapters.postgres.columns import forget_on
+from importer.adapters.postgres.pool import pooled, translated_errors
 from importer.core import lifecycle
 from importer.core.models import TERMINAL_STATUSES, Purged, RetentionDue
 from importer.sql import queries
@@ -24,6 +25,8 @@ async def retention_due(pool: asyncpg.Pool, cutoff: dt.datetime, limit: int) -> 
 
 async def purge_job(pool: asyncpg.Pool, job_id: uuid.UUID, at: dt.datetime) -> Purged:
     with translated_errors():
-        row = await pool.fetchrow(queries()["purge_job"], job_id, at)
+        async with pooled(pool) as conn, conn.transaction():
+            row = await conn.fetchrow(queries()["purge_job"], job_id, at)
+            await forget_on(conn, job_id)  # its headers leave the client's memory
     assert row is not None
     return Purged(row["jobs"], row["raw_values"], row["journal_rows"])

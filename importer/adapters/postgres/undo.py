@@ -10,6 +10,7 @@ import uuid
 
 import asyncpg
 
+from importer.adapters.postgres.columns import forget_on
 from importer.adapters.postgres.pool import pooled, translated_errors
 from importer.adapters.postgres.webhooks import enqueue_webhook
 from importer.core import failpoints, lifecycle
@@ -95,6 +96,7 @@ class PostgresUndo:
                     if run is not None:  # the webhook of the notification, same id
                         delivery = f"notification:{job_id}:undone:{run}"
                         await enqueue_webhook(conn, job_id, delivery, "import_undone")
+                    await forget_on(conn, job_id)  # its headers leave the client's memory
                     return False
         await _reach(failpoints.UNDO_AFTER_SLICE)
         return True

@@ -5,13 +5,14 @@
 
 from __future__ import annotations
 
-from importer.http.routes import admin, hsm, imports, layouts, operations, uploads
+from importer.http.routes import admin, columns, hsm, imports, layouts, operations, uploads
 
 ROUTERS = (
     imports.router,
     uploads.router,
     hsm.router,
     layouts.router,
+    columns.router,
     admin.router,
     operations.router,
 )

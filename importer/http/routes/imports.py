@@ -16,7 +16,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from importer.core.errors import InvalidRequestError, UnsupportedMediaTypeError
 from importer.core.history import parse_history_query
-from importer.core.models import InputFormat, JobView
+from importer.core.models import InputFormat, JobStatus, JobView
 from importer.core.objects import StoredObject
 from importer.core.principals import Principal
 from importer.http import openapi as doc
@@ -106,20 +106,26 @@ _IMPORT_BODY = doc.request_body(
     summary="Create an import: upload a file (multipart) or point at a stored key (JSON)",
     description=(
         "multipart/form-data: the file is streamed to storage and the job is queued (202, "
-        "`queued`). application/json: a file already stored under `<client_id>/` becomes a job "
-        "`uploaded` (201); start it with POST /v1/imports/{job_id}/start."
+        "`queued`), or with `start=false` left `uploaded` (201) for its columns step (GET/PUT "
+        "/v1/imports/{job_id}/columns, then /start). application/json: a file already stored "
+        "under `<client_id>/` becomes a job `uploaded` (201); start it with POST "
+        "/v1/imports/{job_id}/start."
     ),
     openapi_extra=_IMPORT_BODY,
     responses={
         202: {"model": doc.JobBody, "description": "multipart: the queued job"},
-        201: {"model": doc.JobBody, "description": "JSON: the job, uploaded"},
+        201: {
+            "model": doc.JobBody,
+            "description": "JSON, or multipart with start=false: the job, uploaded",
+        },
         **doc.error_responses(413, 415, 429),
     },
 )
 async def create_import(request: Request, principal: Creator, service: Service) -> Response:
     if boundary_of(request.headers.get("content-type")) is not None:
         view = await multipart_import(request, principal, hsm=False)
-        return job_response(service, view, 202)
+        held = view.status is JobStatus.UPLOADED  # start=false: its columns step first
+        return job_response(service, view, 201 if held else 202)
     if is_json(request):
         view = await service.create_from_key(principal, await json_object(request))
         resources_of(request).metrics.imports_created.labels("key").inc()

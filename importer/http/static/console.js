@@ -530,7 +530,12 @@
     const open = document.createElement("button");
     open.type = "button";
     open.textContent = "Open";
-    open.addEventListener("click", () => watch(String(job.id)));
+    // An import uploaded and not started opens at its columns step.
+    open.addEventListener("click", () =>
+      job.status === "uploaded"
+        ? showColumns(String(job.id)).catch((error) => say(`Columns: ${error.message}`))
+        : watch(String(job.id)),
+    );
     const td = document.createElement("td");
     td.append(open);
     tr.append(td);
@@ -582,6 +587,168 @@
     }
   }
 
+  // --- the columns step -----------------------------------------------------------------------
+
+  const BUILT_IN_TARGETS = [
+    ["name", "Name"],
+    ["cpf_cnpj", "CPF/CNPJ"],
+    ["street_address", "Street address"],
+    ["phone", "Phone (SMS)"],
+    ["whatsapp", "WhatsApp"],
+    ["email", "E-mail"],
+    ["journey", "Journey"],
+  ];
+  let columnsShown = null; // {id, columns} of the job whose columns the table holds
+
+  function targetValue(target, field) {
+    if (target === "custom_field" && field) {
+      return `custom_field:${String(field.id)}`;
+    }
+    return String(target);
+  }
+
+  function option(value, label) {
+    const item = document.createElement("option");
+    item.value = value;
+    item.textContent = label;
+    return item;
+  }
+
+  function targetSelect(column, customFields, mapped) {
+    const select = document.createElement("select");
+    select.id = `column-target-${column.position}`;
+    select.className = "column-target";
+    select.setAttribute("aria-label", `import column ${column.position} as`);
+    for (const [value, label] of BUILT_IN_TARGETS) {
+      select.append(option(value, label));
+    }
+    for (const field of customFields) {
+      select.append(option(`custom_field:${String(field.id)}`, `Custom field: ${String(field.name)}`));
+    }
+    const proposed = mapped ? column.custom_field : column.suggestion.custom_field;
+    const newName =
+      proposed && proposed.id === null ? String(proposed.name) : String(column.header).trim();
+    if (newName) {
+      const created = option("new_custom_field", `New custom field: ${newName}`);
+      created.dataset.name = newName;
+      select.append(created);
+    }
+    select.append(option("ignore", "Ignore"));
+    // Once a mapping is set, the select shows it; before, the suggestion (saved with the rest).
+    select.value = mapped
+      ? targetValue(column.target, column.custom_field)
+      : targetValue(column.suggestion.target, column.suggestion.custom_field);
+    return select;
+  }
+
+  function reasonText(suggestion) {
+    const confidence = `${Math.round(Number(suggestion.confidence) * 100)} %`;
+    const target = suggestion.custom_field
+      ? `${String(suggestion.target)} ${String(suggestion.custom_field.name)}`
+      : String(suggestion.target);
+    const share =
+      typeof suggestion.share === "number"
+        ? `, ${Math.round(suggestion.share * 100)} % of the samples`
+        : "";
+    return `${target} — ${String(suggestion.reason)}${share} (${confidence})`;
+  }
+
+  function markNewField(row, select) {
+    row.classList.toggle("new-field", select.value === "new_custom_field");
+  }
+
+  function columnRow(column, customFields, mapped) {
+    const row = document.createElement("tr");
+    row.dataset.position = String(column.position);
+    row.append(cell(String(column.position)));
+    row.append(cell(String(column.header) || "(no header)"));
+    const samples = cell(column.samples.map(String).join(" · ") || NO_VALUE);
+    samples.className = "samples";
+    row.append(samples);
+    const choose = document.createElement("td");
+    const select = targetSelect(column, customFields, mapped);
+    select.addEventListener("change", () => markNewField(row, select));
+    choose.append(select);
+    row.append(choose);
+    const reason = cell(reasonText(column.suggestion));
+    reason.className = "reason";
+    reason.id = `column-reason-${column.position}`;
+    reason.dataset.reason = String(column.suggestion.reason);
+    row.append(reason);
+    markNewField(row, select);
+    return row;
+  }
+
+  async function showColumns(id) {
+    const document_ = await (await api(jobPath(id, "/columns"))).json();
+    columnsShown = { id, columns: document_.columns };
+    $("columns-job").textContent = id;
+    const body = $("columns-body");
+    body.replaceChildren(
+      ...document_.columns.map((column) =>
+        columnRow(column, document_.custom_fields, document_.mapped === true),
+      ),
+    );
+    $("columns-start").disabled = false;
+    $("columns").hidden = false;
+  }
+
+  function chosenMapping() {
+    const columns = [];
+    for (const row of $("columns-body").rows) {
+      const position = Number(row.dataset.position);
+      const select = $(`column-target-${position}`);
+      const value = select.value;
+      if (value === "ignore") {
+        continue;
+      }
+      if (value.startsWith("custom_field:")) {
+        const id = Number(value.slice("custom_field:".length));
+        columns.push({ position, target: "custom_field", custom_field_id: id });
+      } else if (value === "new_custom_field") {
+        const name = select.selectedOptions[0].dataset.name;
+        columns.push({ position, target: "new_custom_field", name });
+      } else {
+        columns.push({ position, target: value });
+      }
+    }
+    return { columns };
+  }
+
+  async function startWithColumns() {
+    if (!columnsShown) {
+      return;
+    }
+    const id = columnsShown.id;
+    const button = $("columns-start");
+    button.disabled = true;
+    try {
+      await api(jobPath(id, "/columns"), {
+        method: "PUT",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(chosenMapping()),
+      });
+      await api(jobPath(id, "/start"), { method: "POST" });
+      say(`Import ${id} queued with your columns.`, "info");
+      $("columns").hidden = true;
+      columnsShown = null;
+      loadHistory(true);
+      watch(id);
+    } catch (error) {
+      button.disabled = false;
+      say(`Columns: ${error.message}`);
+    }
+  }
+
+  async function forgetColumns() {
+    try {
+      const result = await (await api("/v1/columns/memory", { method: "DELETE" })).json();
+      say(`Forgot ${String(result.forgotten)} remembered column(s).`, "info");
+    } catch (error) {
+      say(`Forget: ${error.message}`);
+    }
+  }
+
   // --- upload ---------------------------------------------------------------------------------
 
   async function upload(event) {
@@ -610,13 +777,24 @@
         form.append(name, value);
       }
     }
+    const reviewColumns = $("columns-review").checked;
+    if (reviewColumns) {
+      form.append("start", "false");
+    }
     form.append("file", file, file.name);
     const button = $("upload-submit");
     button.disabled = true;
     say("Uploading…", "info");
     try {
-      // Multipart creates the job and queues it (202): nothing else to start.
+      // Multipart creates the job and queues it (202), or with start=false leaves it uploaded
+      // (201) for the columns step, started from there.
       const job = await (await api("/v1/imports", { method: "POST", body: form })).json();
+      if (reviewColumns) {
+        say(`Uploaded ${String(job.id)}: check its columns, then start it.`, "info");
+        loadHistory(true);
+        await showColumns(String(job.id));
+        return;
+      }
       say(
         preview
           ? `Preview ${String(job.id)} queued: nothing is written until you apply it.`
@@ -663,6 +841,8 @@
         ? "Upload and preview"
         : "Upload and import";
     });
+    $("columns-start").addEventListener("click", startWithColumns);
+    $("columns-forget").addEventListener("click", forgetColumns);
     $("apply").addEventListener("click", applyPreview);
     $("job-cancel").addEventListener("click", cancelJob);
     $("report-view").addEventListener("click", viewReport);
