@@ -317,7 +317,9 @@ def _existing_field(
         return None
     existing = next((f for f in known.custom_fields if f.id == field_id), None)
     if existing is None:
-        raise CustomFieldNotFoundError(f"custom field {field_id} does not exist")
+        raise CustomFieldNotFoundError(
+            f"custom field {field_id} does not exist", field=f"{where}.custom_field_id"
+        )
     return ColumnTarget(TargetKind.CUSTOM_FIELD, existing.id, existing.name)
 
 

@@ -96,7 +96,16 @@ class LayoutNotFoundError(NotFoundError):
     """The layout does not exist."""
 
 
-class CustomFieldNotFoundError(NotFoundError):
+class FieldError(ImporterError):
+    """An error about one field of the request (``field``: its path, e.g. ``columns[2].target``):
+    its 404 or 409 answer also lists it as ``errors: [{field, message}]``, as a 400 does."""
+
+    def __init__(self, message: str | None = None, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class CustomFieldNotFoundError(FieldError, NotFoundError):
     """The custom field does not exist."""
 
     code = "custom_field_not_found"
@@ -111,7 +120,7 @@ class IllegalTransitionError(ConflictError):
     code = "illegal_transition"
 
 
-class ColumnsLockedError(ConflictError):
+class ColumnsLockedError(FieldError, ConflictError):
     """The import has already started: its columns can no longer be mapped."""
 
     code = "import_already_started"

@@ -1,7 +1,8 @@
 """The API's one error document and the exception handlers that answer with it.
 
 An :class:`ImporterError` answers ``{"error": code, "message": ...}`` with the status and code
-its class carries (``http_status``, ``code``: see :mod:`importer.core.errors`); a 5xx answer
+its class carries (``http_status``, ``code``: see :mod:`importer.core.errors`), plus
+``errors: [{"field", "message"}]`` for an error about one field (``FieldError``); a 5xx answer
 carries the class's ``http_message``, never the error's text (driver and storage texts stay in
 the logs). Validation problems answer HTTP 400 with a list of ``{"field", "message"}``. No
 answer carries a stack trace.
@@ -19,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from importer.core.errors import (
+    FieldError,
     ImporterError,
     InvalidRequestError,
     RateLimitedError,
@@ -40,6 +42,10 @@ def error_response(exc: ImporterError) -> Response:
     if isinstance(exc, UndoConflictError):
         conflicts = [{"contact_id": c, "imports": jobs} for c, jobs in exc.conflicts]
         body = {"error": code, "message": str(exc), "conflicts": conflicts}
+        return json_response(body, status)
+    if isinstance(exc, FieldError) and status < 500:
+        problems = [{"field": exc.field, "message": str(exc)}]
+        body = {"error": code, "message": str(exc), "errors": problems}
         return json_response(body, status)
     if status < 500:
         return json_response({"error": code, "message": str(exc)}, status, **_headers(exc))

@@ -265,7 +265,9 @@ class ColumnService:
         known = await self.known(principal)
         job = await self._job(principal, job_id)
         if job.status not in MAPPABLE:
-            raise ColumnsLockedError(f"import {job_id} is {job.status}: its columns are set")
+            raise ColumnsLockedError(
+                f"import {job_id} is {job.status}: its columns are set", field="columns"
+            )
         head = await self._head(job)
         choices = parse_mapping(body, head.headers, known)
         layout = mapping_layout(choices, head.headers, _options_of(job.layout))
@@ -273,7 +275,9 @@ class ColumnService:
         check_plan(layout, head, self._settings.limits.max_columns, jsonl)
         pairs = remembered(choices, head.headers)
         if not await self._columns.set_mapping(principal.client_id, job_id, layout, pairs):
-            raise ColumnsLockedError(f"import {job_id} has started: its columns are set")
+            raise ColumnsLockedError(
+                f"import {job_id} has started: its columns are set", field="columns"
+            )
         log.info(
             "columns_mapped",
             job_id=str(job_id),

@@ -212,12 +212,19 @@ async def test_bad_mappings_are_refused_with_the_field_at_fault(
     refused = await http.put(path, json=foreign, headers=auth(bearer))
     assert refused.status_code == 404
     assert refused.json()["error"] == "custom_field_not_found"
+    assert refused.json()["errors"] == [
+        {
+            "field": "columns.1.custom_field_id",
+            "message": f"custom field {elsewhere} does not exist",
+        }
+    ]
 
     started = await http.post(f"/v1/imports/{job_id}/start", headers=auth(bearer))
     assert started.status_code == 202
     late = await http.put(path, json=MAPPING, headers=auth(bearer))
     assert late.status_code == 409
     assert late.json()["error"] == "import_already_started"
+    assert [e["field"] for e in late.json()["errors"]] == ["columns"]
     await wait_terminal(http, bearer, job_id)
 
 
