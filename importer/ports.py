@@ -276,7 +276,18 @@ class JobQueue(Store, Protocol):
         ...
 
     async def purge_job(self, job_id: uuid.UUID, at: dt.datetime) -> Purged:
-        """Purge one import's personal data (its raw report values, its undo journal)."""
+        """Purge one import's personal data (its raw report values, its undo journal) and its
+        chunk ledger."""
+        ...
+
+    async def sweep_outbox(self, before: dt.datetime, limit: int, *, unpublished: bool) -> int:
+        """Delete at most ``limit`` outbox messages published before ``before`` (``unpublished``:
+        and those never published, created before it), in one transaction; how many."""
+        ...
+
+    async def sweep_webhooks(self, before: dt.datetime, limit: int) -> int:
+        """Delete at most ``limit`` webhook deliveries (and their attempts) that ended before
+        ``before``, in one transaction; how many deliveries."""
         ...
 
     async def wait_for_jobs(self, timeout_s: float) -> None:

@@ -7,7 +7,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from importer.core import failpoints
-from importer.core.config import DEFAULT_LOCK_TIMEOUT_MS, DEFAULT_RETENTION_DAYS, MAX_CHUNK_SIZE
+from importer.core.config import (
+    DEFAULT_LOCK_TIMEOUT_MS,
+    DEFAULT_MAX_ROW_ERRORS,
+    DEFAULT_OUTBOX_RETENTION_DAYS,
+    DEFAULT_RETENTION_DAYS,
+    DEFAULT_WEBHOOK_RETENTION_DAYS,
+    MAX_CHUNK_SIZE,
+)
 from importer.core.errors import ConfigurationError
 from importer.core.models import Limits
 from importer.core.webhooks import RetryPolicy
@@ -122,6 +129,12 @@ class Settings:
     # Retention (LGPD): an ended import's source, raw report values and undo journal are purged
     # this many days after its end (IMPORTER_RETENTION_DAYS); its undo then answers 410.
     retention_days: int = DEFAULT_RETENTION_DAYS
+    # Bounded tables (issue 26): published outbox messages and ended webhook deliveries (with
+    # their attempts) are deleted this many days after they ended; an import's error report
+    # stores at most max_row_errors rows and counts the rest.
+    outbox_retention_days: int = DEFAULT_OUTBOX_RETENTION_DAYS
+    webhook_retention_days: int = DEFAULT_WEBHOOK_RETENTION_DAYS
+    max_row_errors: int = DEFAULT_MAX_ROW_ERRORS
     # Each batch journals what it changes, for undo (IMPORTER_UNDO_JOURNAL=0: no journal, no undo).
     undo_journal: bool = True
     # HTTP API (`importer serve`).
@@ -201,6 +214,13 @@ class Settings:
                 environ, "IMPORTER_PREVIEW_TTL_S", DEFAULT_PREVIEW_TTL_SECONDS
             ),
             retention_days=_int(environ, "IMPORTER_RETENTION_DAYS", DEFAULT_RETENTION_DAYS),
+            outbox_retention_days=_int(
+                environ, "IMPORTER_OUTBOX_RETENTION_DAYS", DEFAULT_OUTBOX_RETENTION_DAYS
+            ),
+            webhook_retention_days=_int(
+                environ, "IMPORTER_WEBHOOK_RETENTION_DAYS", DEFAULT_WEBHOOK_RETENTION_DAYS
+            ),
+            max_row_errors=_int(environ, "IMPORTER_MAX_ROW_ERRORS", DEFAULT_MAX_ROW_ERRORS),
             undo_journal=_flag(environ, "IMPORTER_UNDO_JOURNAL") is not False,
             max_imports_per_client=_int(
                 environ, "IMPORTER_MAX_IMPORTS_PER_CLIENT", DEFAULT_MAX_IMPORTS_PER_CLIENT

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import os
 import signal
 import uuid
@@ -47,6 +48,7 @@ from importer.ports import (
     Source,
     Store,
 )
+from importer.services import maintenance
 from importer.services.admin import AdminService
 from importer.services.columns import (
     HEAD_ROWS,
@@ -238,7 +240,9 @@ async def run_import(
     try:
         if request.notify_url is not None:  # checked like a create's, before the job exists
             await check_cli_notify_url(settings, pool, request)
-        store = PostgresJobQueue(pool, compiled=settings.compiled)
+        store = PostgresJobQueue(
+            pool, compiled=settings.compiled, max_row_errors=settings.max_row_errors
+        )
         async with interrupt_on_signals(interrupt) as stop:
             outcome = await import_source(
                 store,
@@ -272,7 +276,9 @@ async def run_resume(
         settings.database_url, settings.concurrency + 3, lock_timeout_ms=settings.lock_timeout_ms
     )
     try:
-        store = PostgresJobQueue(pool, compiled=settings.compiled)
+        store = PostgresJobQueue(
+            pool, compiled=settings.compiled, max_row_errors=settings.max_row_errors
+        )
         async with interrupt_on_signals(interrupt) as stop:
             outcome = await (apply_job if apply else resume_job)(
                 store,
@@ -330,14 +336,24 @@ async def run_workers(settings: Settings, count: int) -> None:
 
     size = pool_size(settings, count, others=LISTEN_CONNECTIONS)
     pool = await connect_pool(settings.database_url, size, lock_timeout_ms=settings.lock_timeout_ms)
-    store = PostgresJobQueue(pool, dsn=settings.database_url, compiled=settings.compiled)
+    store = PostgresJobQueue(
+        pool,
+        dsn=settings.database_url,
+        compiled=settings.compiled,
+        max_row_errors=settings.max_row_errors,
+    )
     objects = object_store(settings)
     metrics = PipelineMetrics()
     try:
         async with stop_on_signals() as stop, accelerator_running(settings) as accelerator:
             observer = hinting(metrics, accelerator)
             async with fanout_running(
-                settings, PostgresStore(pool, compiled=settings.compiled), observer, stop.set
+                settings,
+                PostgresStore(
+                    pool, compiled=settings.compiled, max_row_errors=settings.max_row_errors
+                ),
+                observer,
+                stop.set,
             ) as fanout:
                 workers = [
                     Worker(
@@ -362,6 +378,32 @@ async def run_workers(settings: Settings, count: int) -> None:
     finally:
         await store.close()
         await pool.close()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Maintained:
+    """What ``importer maintenance`` did: previews expired, the retention sweep's count,
+    webhook attempts made."""
+
+    previews_expired: int
+    swept: maintenance.Swept
+    webhook_attempts: int
+
+
+async def run_maintenance(settings: Settings, now: dt.datetime) -> Maintained:
+    """``importer maintenance``: the workers' sweeps once, for a deployment without a service
+    (a systemd timer): expire the previews, the retention sweep, then deliver the webhooks due
+    (one connection each way; the webhooks' own for LISTEN is not opened)."""
+    pool = await connect_pool(settings.database_url, 2, lock_timeout_ms=settings.lock_timeout_ms)
+    store = PostgresJobQueue(pool, compiled=settings.compiled)
+    try:
+        expired = await maintenance.expire_previews(store)
+        swept = await maintenance.sweep_retention(store, object_store(settings), settings, now)
+        attempts = await webhook_delivery(settings, pool).deliver_once()
+    finally:
+        await store.close()
+        await pool.close()
+    return Maintained(expired, swept, attempts)
 
 
 @contextlib.asynccontextmanager
@@ -584,7 +626,9 @@ async def admin_service(settings: Settings) -> AsyncIterator[AdminService]:
     try:
         undo = (
             PostgresUndo(pool, retention_days=settings.retention_days),
-            PostgresJobQueue(pool, compiled=settings.compiled),
+            PostgresJobQueue(
+                pool, compiled=settings.compiled, max_row_errors=settings.max_row_errors
+            ),
         )
         yield AdminService(PostgresAdmin(pool), dead_letter_queue(settings), undo)
     finally:

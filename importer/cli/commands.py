@@ -21,6 +21,8 @@ from importer.cli.output import (
     TerminalProgress,
     columns_table,
     history_table,
+    maintenance_document,
+    maintenance_line,
     outcome_document,
     status_table,
     summary_table,
@@ -245,6 +247,24 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _maintenance(settings: Settings, args: argparse.Namespace) -> int:
+    """``importer maintenance``: the sweeps once; one summary line (or ``--json``), exit 0; a
+    sweep that failed is one line on stderr, exit 1."""
+    try:
+        done = uvloop.run(wiring.run_maintenance(settings, dt.datetime.now(dt.UTC)))
+    except ServiceUnreachableError:
+        raise  # a configuration error, said by main
+    except ImporterError as exc:
+        print(f"importer: maintenance failed: {exc}", file=sys.stderr)
+        return 1
+    document = maintenance_document(done.previews_expired, done.swept, done.webhook_attempts)
+    if args.json:
+        sys.stdout.write(orjson.dumps(document).decode() + "\n")
+    else:
+        print(maintenance_line(document))
+    return 0
+
+
 def _admin(settings: Settings, args: argparse.Namespace) -> int:
     """``importer job …`` and ``importer dlq …``: one JSON document on stdout; a refusal or a
     failure is one line on stderr and exit 1."""
@@ -318,6 +338,7 @@ _COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
     "inspect": _inspect,
     "serve": _serve,
     "import": _import,
+    "maintenance": _maintenance,
 }
 
 

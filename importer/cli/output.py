@@ -17,6 +17,7 @@ from rich.text import Text
 from importer.core.columns import ColumnTarget
 from importer.core.models import Counters
 from importer.core.progress import Phase, RateWindow, eta_seconds, format_eta, run_phase
+from importer.services import maintenance
 from importer.services.columns import ColumnsStep
 from importer.services.local import ImportOutcome
 
@@ -237,3 +238,26 @@ def columns_table(step: ColumnsStep) -> Table:
         )
         table.add_row(*(Text(cell) for cell in cells))  # a file's text is never markup
     return table
+
+
+def maintenance_document(
+    previews_expired: int, swept: maintenance.Swept, webhook_attempts: int
+) -> dict[str, int]:
+    """``importer maintenance --json``: what each sweep did."""
+    return {
+        "previews_expired": previews_expired,
+        **dataclasses.asdict(swept),
+        "webhook_attempts": webhook_attempts,
+    }
+
+
+def maintenance_line(document: Mapping[str, int]) -> str:
+    """``importer maintenance``'s one summary line."""
+    return (
+        f"importer: maintenance: {document['previews_expired']} previews expired;"
+        f" {document['jobs']} imports purged ({document['objects']} files,"
+        f" {document['raw_values']} raw values, {document['journal_rows']} journal rows,"
+        f" {document['ledger_rows']} ledger rows); {document['outbox']} outbox messages and"
+        f" {document['webhooks']} webhook deliveries deleted;"
+        f" {document['webhook_attempts']} webhook attempts"
+    )

@@ -52,6 +52,7 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     _add_token_parser(commands)
     _add_serve_parser(commands)
     _add_admin_parsers(commands)
+    _add_maintenance_parser(commands)
     worker = commands.add_parser(
         "worker", help="run queued imports until SIGTERM or SIGINT (drains, releases leases)"
     )
@@ -367,6 +368,30 @@ def _add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     serve.add_argument(
         "--port", type=_positive, default=8000, help="the port to listen on (default %(default)s)"
     )
+
+
+MAINTENANCE_EPILOG = """\
+What the workers of `importer serve` and `importer worker` do on their own, once: cancel the
+previews past IMPORTER_PREVIEW_TTL_S; purge the imports ended more than IMPORTER_RETENTION_DAYS
+ago (uploaded file, raw report values, undo journal, chunk ledger); delete the outbox messages
+published more than IMPORTER_OUTBOX_RETENTION_DAYS ago (without RABBITMQ_URL, the unpublished
+ones too) and the webhook deliveries ended more than IMPORTER_WEBHOOK_RETENTION_DAYS ago; attempt
+the webhook deliveries due. For a deployment that only uses the command line (deploy/:
+importer-maintenance.timer). exit status: 0 done, 1 a sweep failed (what it committed stays),
+2 a usage or configuration error.
+"""
+
+
+def _add_maintenance_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    maintenance = commands.add_parser(
+        "maintenance",
+        help="run the workers' sweeps once (retention, preview expiry, webhook delivery)",
+        epilog=MAINTENANCE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    maintenance.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
 
 def _job_id(raw: str) -> uuid.UUID:

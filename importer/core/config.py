@@ -21,6 +21,19 @@ MAX_CHUNK_SIZE = 1_000_000
 DEFAULT_RETENTION_DAYS = 30
 
 
+# The error report's rows one import stores at most (IMPORTER_MAX_ROW_ERRORS); past it they are
+# counted, not stored: a wrong 50M-row file keeps this many, and says how many it left out.
+DEFAULT_MAX_ROW_ERRORS = 100_000
+
+
+# Published outbox messages are kept this long (IMPORTER_OUTBOX_RETENTION_DAYS).
+DEFAULT_OUTBOX_RETENTION_DAYS = 7
+
+
+# Ended webhook deliveries and their attempts are kept this long (IMPORTER_WEBHOOK_RETENTION_DAYS).
+DEFAULT_WEBHOOK_RETENTION_DAYS = 30
+
+
 @dataclass(frozen=True, slots=True)
 class PipelineConfig:
     limits: Limits

@@ -391,6 +391,9 @@ class JobView:
     # IMPORTER_RETENTION_DAYS; None while it has not ended), and when they were purged.
     retained_until: dt.datetime | None = None
     purged_at: dt.datetime | None = None
+    # The error report's cap (IMPORTER_MAX_ROW_ERRORS): the invalid rows and warnings counted
+    # past it, not stored (the counters still count every row).
+    row_errors_left_out: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -551,8 +554,9 @@ class RetentionDue:
 @dataclass(frozen=True, slots=True)
 class Purged:
     """What one purge removed: the job (0 when another sweep came first), raw report values,
-    undo journal rows."""
+    undo journal rows, chunk ledger and lane rows."""
 
     jobs: int
     raw_values: int
     journal_rows: int
+    ledger_rows: int = 0

@@ -21,6 +21,25 @@ DUPLICATE_COLUMNS = ("key", "field", "winner_value", "winner_line", "losing_line
 _FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "\x00")
 
 
+def capped(issues: Sequence[RowIssue]) -> list[RowIssue]:
+    """The issues the report's cap (IMPORTER_MAX_ROW_ERRORS) counts: invalid rows and warnings.
+    A batch's ``error`` rows (discarded after its retries) are always stored: they are few, and
+    a redelivered batch finds its discard by them."""
+    return [i for i in issues if i.severity is not Severity.ERROR]
+
+
+def within_cap(issues: Sequence[RowIssue], fits: int) -> list[RowIssue]:
+    """``issues`` without the counted ones past the first ``fits`` (in the batch's order)."""
+    kept: list[RowIssue] = []
+    for issue in issues:
+        if issue.severity is Severity.ERROR:
+            kept.append(issue)
+        elif fits > 0:
+            kept.append(issue)
+            fits -= 1
+    return kept
+
+
 def neutralize(cell: str) -> str:
     """Prefix a cell that a spreadsheet would run as a formula with ``'``."""
     if cell.startswith(_FORMULA_PREFIXES):

@@ -74,9 +74,16 @@ async def open_resources(
         settings.database_url, pool_size(settings), lock_timeout_ms=settings.lock_timeout_ms
     )
     # The workers share one store: one LISTEN connection wakes them when a job is queued.
-    queue = PostgresJobQueue(pool, dsn=settings.database_url, compiled=settings.compiled)
+    queue = PostgresJobQueue(
+        pool,
+        dsn=settings.database_url,
+        compiled=settings.compiled,
+        max_row_errors=settings.max_row_errors,
+    )
     try:
-        store = PostgresStore(pool, compiled=settings.compiled)
+        store = PostgresStore(
+            pool, compiled=settings.compiled, max_row_errors=settings.max_row_errors
+        )
         async with (
             wiring.accelerator_running(settings) as accelerator,
             wiring.fanout_running(
@@ -127,7 +134,9 @@ async def open_resources(
                 wiring.dead_letter_queue(settings),
                 (
                     PostgresUndo(pool, retention_days=settings.retention_days),
-                    PostgresJobQueue(pool, compiled=settings.compiled),
+                    PostgresJobQueue(
+                        pool, compiled=settings.compiled, max_row_errors=settings.max_row_errors
+                    ),
                 ),
             )
             app.state.resources.columns = ColumnService(

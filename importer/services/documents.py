@@ -95,6 +95,8 @@ def job_document(view: JobView, now: dt.datetime) -> dict[str, object]:
         "undo_available_until": _iso(view.retained_until),
         "source_available_until": _iso(view.retained_until),
         "purged_at": _iso(view.purged_at),
+        # The error report's cap: the report's rows counted past it and not stored.
+        "report_rows_left_out": view.row_errors_left_out,
         "counters_differ_from_preview": preview.counters_differ(
             view.preview,
             view.counters,

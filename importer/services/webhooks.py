@@ -218,6 +218,20 @@ class WebhookDelivery:
             await self._sender.close()
             log.info("webhook_delivery_stopped", attempts=self.attempts)
 
+    async def deliver_once(self, max_rounds: int = 100) -> int:
+        """``importer maintenance``: attempt every delivery due now (at most ``max_rounds``
+        batches), then close; how many attempts. A database failure raises."""
+        attempts = self.attempts
+        try:
+            for _ in range(max_rounds):
+                if await self._deliver_due() < self._batch_size:
+                    break
+        finally:
+            with contextlib.suppress(StoreError):
+                await self._store.close()
+            await self._sender.close()
+        return self.attempts - attempts
+
     async def _round(self) -> None:
         try:
             claimed = await self._deliver_due()

@@ -27,7 +27,7 @@ imported here: the worker talks to the ``JobQueue`` and ``ObjectStore`` ports.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
 import datetime as dt
 import time
 import uuid
@@ -57,8 +57,8 @@ from importer.ports import (
     PipelineObserver,
     Throttle,
 )
+from importer.services import maintenance
 from importer.services.leases import JobRun, end_run, lease_held
-from importer.services.local import S3_SCHEME
 from importer.services.runs import ObjectSource, job_config, job_finished, local_file_source
 from importer.settings import Settings
 
@@ -71,7 +71,6 @@ def _utc_now() -> dt.datetime:
 
 PREVIEW_EXPIRY_EVERY_S = 60.0  # the default interval of a worker's sweep of expired previews
 RETENTION_EVERY_S = 3600.0  # the default interval of a worker's retention sweep
-RETENTION_BATCH = 100  # imports purged per sweep at most (the next sweep goes on)
 
 
 class Worker:
@@ -160,37 +159,22 @@ class Worker:
         await self._store.expire_previews()
 
     async def sweep_retention(self, *, force: bool = False) -> None:
-        """At most once every ``retention_every_s`` (an hour): purge the personal data of the
-        imports that ended more than ``retention_days`` ago — an upload's stored file (a
-        command line's file or S3 URL is not the service's to delete), then in one transaction
-        the raw values of its reports and its undo journal. One log line per sweep."""
+        """At most once every ``retention_every_s`` (an hour): the retention sweep
+        (:func:`importer.services.maintenance.sweep_retention`: the imports past
+        ``retention_days``, the outbox, the webhook deliveries). One log line per sweep."""
         now = time.monotonic()
         if now < self._next_retention and not force:
             return
         self._next_retention = now + self._retention_every_s
-        cutoff = self._clock() - dt.timedelta(days=self._settings.retention_days)
-        jobs = objects = raw_values = journal_rows = 0
+        swept = maintenance.Swept()
         try:
-            for due in await self._store.retention_due(cutoff, RETENTION_BATCH):
-                if due.local_path is None and not due.source.startswith(S3_SCHEME):
-                    with contextlib.suppress(ObjectNotFoundError):
-                        await self._objects.delete(due.source)
-                        objects += 1
-                purged = await self._store.purge_job(due.job_id, self._clock())
-                jobs += purged.jobs
-                raw_values += purged.raw_values
-                journal_rows += purged.journal_rows
+            swept = await maintenance.sweep_retention(
+                self._store, self._objects, self._settings, self._clock()
+            )
         except (StorageError, StoreError) as exc:  # away: the next sweep goes on
             log.warning("retention_failed", owner=self.owner, error=str(exc)[:200])
-        self._observer.on_retention(jobs, objects, raw_values, journal_rows)
-        log.info(
-            "retention_swept",
-            owner=self.owner,
-            jobs=jobs,
-            objects=objects,
-            raw_values=raw_values,
-            journal_rows=journal_rows,
-        )
+        self._observer.on_retention(swept.jobs, swept.objects, swept.raw_values, swept.journal_rows)
+        log.info("retention_swept", owner=self.owner, **dataclasses.asdict(swept))
 
     async def _wait(self, jobs: set[asyncio.Task[None]]) -> None:
         """Until ``stop``, a job's end or, with a free slot, a queued job or the poll interval."""

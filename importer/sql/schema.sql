@@ -528,6 +528,24 @@ CREATE INDEX IF NOT EXISTS firing_intent_job_idx ON firing_intent (import_job_id
 ALTER TABLE import_layout ADD COLUMN IF NOT EXISTS document jsonb;
 CREATE INDEX IF NOT EXISTS import_layout_client_idx ON import_layout (client_id, id);
 
+-- Bounded tables (issue 26). Every table an import or an event adds rows to is swept
+-- (importer/services/maintenance.py): an ended import's journal, reports' raw values, ledger
+-- and lanes at IMPORTER_RETENTION_DAYS; published outbox rows at IMPORTER_OUTBOX_RETENTION_DAYS;
+-- ended webhook deliveries and their attempts at IMPORTER_WEBHOOK_RETENTION_DAYS; the error
+-- report by a cap per job. The job row, its finalization row and its error report's lines and
+-- reasons (at most the cap) stay: the import's history.
+--
+-- The error report's cap (IMPORTER_MAX_ROW_ERRORS): the invalid rows and warnings a job stored,
+-- and those past the cap it counted without storing them (a wrong 50M-row file stores the cap,
+-- not 50M rows). One row per job that reported any; a batch takes its room here, in its own
+-- transaction, just before it writes its issues (the row stays locked until the batch commits:
+-- the batches of one job with issues commit one after another from there, a short tail).
+CREATE TABLE IF NOT EXISTS import_error_tally (
+    job_id    uuid PRIMARY KEY REFERENCES import_job (id) ON DELETE CASCADE,
+    stored    bigint NOT NULL DEFAULT 0 CHECK (stored >= 0),
+    left_out  bigint NOT NULL DEFAULT 0 CHECK (left_out >= 0)
+);
+
 -- The claim's order (claim_job) and a queued job's place in it (queue_position): every job a
 -- worker may claim now (queued, or running under an expired lease), numbered from 1. First the
 -- oldest waiting job of each client without a running import; then the others (a client's
@@ -568,14 +586,15 @@ FROM waiting;
 -- chunk_no: one backward index probe) and, while the job runs, the ledger's counters (a terminal
 -- job's row holds them), what it committed in the last 10 seconds (progress.RATE_WINDOW_S: rows
 -- and the bytes past the furthest offset reached before them) and whether any batch is done;
--- a queued job's place in the claim's order. Recreated on every migrate: `j.*` is expanded when
--- the view is made, so a column added to import_job must reach it.
+-- a queued job's place in the claim's order; the error report's rows left out past its cap.
+-- Recreated on every migrate: `j.*` is expanded when -- the view is made, so a column added to import_job must reach it.
 CREATE VIEW import_job_progress AS
 SELECT j.*, coalesce(last.end_offset, 0) AS bytes_read, last.end_offset IS NOT NULL AS batches_done,
        live.*,
        coalesce(last.end_offset, 0) - coalesce(live.offset_before_window, 0) AS recent_bytes,
-       queue.position AS queue_position
+       queue.position AS queue_position, coalesce(tally.left_out, 0) AS row_errors_left_out
 FROM import_job j
+LEFT JOIN import_error_tally tally ON tally.job_id = j.id
 LEFT JOIN LATERAL (
     SELECT end_offset FROM import_chunk WHERE job_id = j.id ORDER BY chunk_no DESC LIMIT 1
 ) AS last ON true
@@ -703,3 +722,11 @@ CREATE TABLE IF NOT EXISTS import_column_memory (
     last_used_at  timestamptz NOT NULL,
     PRIMARY KEY (client_id, header_key, target)
 );
+
+-- Bounded tables (issue 26): the sweeps find what is due by age, oldest first, without
+-- reading the rest.
+CREATE INDEX IF NOT EXISTS outbox_published_idx ON outbox (published_at)
+    WHERE published_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS webhook_delivery_ended_idx
+    ON webhook_delivery ((coalesce(delivered_at, gave_up_at)))
+    WHERE delivered_at IS NOT NULL OR gave_up_at IS NOT NULL;

@@ -20,7 +20,8 @@ from importer.adapters.postgres import contacts, copybin, journal
 from importer.adapters.postgres.duplicates import write_duplicates
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.adapters.postgres.records import storable_text
-from importer.core import duplicates, failpoints, keys, lifecycle, merge, policy
+from importer.core import duplicates, failpoints, keys, lifecycle, merge, policy, report
+from importer.core.config import DEFAULT_MAX_ROW_ERRORS
 from importer.core.errors import (
     BatchAlreadyAppliedError,
     LaneNotReadyError,
@@ -58,6 +59,21 @@ _COPY_MESSAGE = 1 << 19  # bytes per CopyData message (asyncpg's own size; the s
 _POLICIES_KEPT = 64  # jobs whose parsed merge policy a store keeps (a worker runs a few at once)
 
 
+async def issues_within_cap(
+    conn: Conn, job_id: uuid.UUID, issues: Sequence[RowIssue], cap: int
+) -> Sequence[RowIssue]:
+    """The issues the job's error report stores, in the caller's transaction: of its invalid
+    rows and warnings those that fit under ``cap`` (the rest are counted as left out, see
+    import_error_tally), and every ``error`` row."""
+    counted = report.capped(issues)
+    if not counted:
+        return issues
+    q = queries()
+    await conn.execute(q["open_error_tally"], job_id)
+    fits = await conn.fetchval(q["take_error_room"], job_id, len(counted), cap)
+    return issues if fits == len(counted) else report.within_cap(issues, fits)
+
+
 def issue_records(job_id: uuid.UUID, issues: Sequence[RowIssue]) -> list[tuple[Any, ...]]:
     """The error report's rows of ``issues`` (:data:`ROW_ERROR_COLUMNS`)."""
     return [
@@ -79,8 +95,15 @@ class PostgresBatches:
     :func:`.copybin.encode_plan`).
     """
 
-    def __init__(self, pool: asyncpg.Pool, *, compiled: bool = True) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        compiled: bool = True,
+        max_row_errors: int = DEFAULT_MAX_ROW_ERRORS,
+    ) -> None:
         self._pool = pool
+        self._max_row_errors = max_row_errors  # the error report's cap per job
         self._encode = copybin.compiled_encoder() if compiled else None
         self._encode_plan = copybin.plan_encoder() if compiled else None
         self._q = queries()
@@ -440,7 +463,8 @@ class PostgresBatches:
     ) -> None:
         if not issues:
             return
-        records = issue_records(job_id, issues)
+        stored = await issues_within_cap(conn, job_id, issues, self._max_row_errors)
+        records = issue_records(job_id, stored)
         await self._copy(conn, "import_row_error", ROW_ERROR_COLUMNS, copybin.ROW_ERROR, records)
 
     async def _copy(

@@ -27,10 +27,12 @@ from importer.adapters.postgres.batches import (
     ROW_ERROR_COLUMNS,
     copy_messages,
     issue_records,
+    issues_within_cap,
 )
 from importer.adapters.postgres.contacts import stored_contact, stored_contacts
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.core import keys, lifecycle
+from importer.core.config import DEFAULT_MAX_ROW_ERRORS
 from importer.core.errors import IllegalTransitionError, LeaseLostError
 from importer.core.models import (
     Channel,
@@ -137,8 +139,15 @@ class PostgresPreviews:
     ``ready``; the error report of a run that validates the whole file first; the validation's
     counts. (A base of :class:`importer.adapters.postgres.store.PostgresStore`.)"""
 
-    def __init__(self, pool: asyncpg.Pool, *, compiled: bool = True) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        compiled: bool = True,
+        max_row_errors: int = DEFAULT_MAX_ROW_ERRORS,
+    ) -> None:
         self._pool = pool
+        self._row_error_cap = max_row_errors  # the error report's cap per job
         self._encode_rows = copybin.encoder(compiled)
         self._q = queries()
 
@@ -389,9 +398,15 @@ class PostgresPreviews:
             raise IllegalTransitionError(f"import {job_id} cannot rest in ready")
 
     async def add_row_issues(self, job_id: uuid.UUID, issues: Sequence[RowIssue]) -> None:
-        if issues:
-            records = issue_records(job_id, issues)
-            await self._copy_in("import_row_error", ROW_ERROR_COLUMNS, copybin.ROW_ERROR, records)
+        """The issues a run finds outside its batches, under the error report's cap, in one
+        transaction."""
+        if not issues:
+            return
+        with translated_errors():
+            async with pooled(self._pool) as conn, conn.transaction():
+                stored = await issues_within_cap(conn, job_id, issues, self._row_error_cap)
+                records = issue_records(job_id, stored)
+                await self._copy_on(conn, "import_row_error", ROW_ERROR_COLUMNS, records)
 
     async def clear_row_issues(self, job_id: uuid.UUID) -> None:
         with translated_errors():
@@ -423,6 +438,18 @@ class PostgresPreviews:
                     columns=columns,
                     format="binary",
                 )
+
+    async def _copy_on(
+        self, conn: Conn, table: str, columns: Sequence[str], records: Sequence[tuple[Any, ...]]
+    ) -> None:
+        """The error report's rows by binary COPY on ``conn`` (the caller's transaction)."""
+        payload = self._encode_rows(copybin.ROW_ERROR, records)
+        await conn.copy_to_table(
+            table,
+            source=cast("AsyncIterable[bytes]", copy_messages(memoryview(payload))),
+            columns=columns,
+            format="binary",
+        )
 
     async def _field_names(
         self, conn: Conn, client_id: int, fields: Sequence[str]

@@ -18,6 +18,7 @@ from importer.adapters.postgres.pool import Listener, pooled, translated_errors,
 from importer.adapters.postgres.records import job_from_row
 from importer.adapters.postgres.store import PostgresStore
 from importer.core import lifecycle
+from importer.core.config import DEFAULT_MAX_ROW_ERRORS
 from importer.core.models import Job, LeaseState, Purged, RetentionDue
 
 _CLAIM_LOCK = 0x1A4F0002  # advisory lock id serializing job claims (exact fair-share counts)
@@ -30,11 +31,16 @@ class PostgresJobQueue(PostgresStore):
     plus the job's lease."""
 
     def __init__(
-        self, pool: asyncpg.Pool, *, dsn: str | None = None, compiled: bool = True
+        self,
+        pool: asyncpg.Pool,
+        *,
+        dsn: str | None = None,
+        compiled: bool = True,
+        max_row_errors: int = DEFAULT_MAX_ROW_ERRORS,
     ) -> None:
         """``dsn``: where :meth:`wait_for_jobs` opens its own LISTEN connection (workers only);
-        ``compiled``: as :class:`PostgresStore`'s."""
-        super().__init__(pool, compiled=compiled)
+        ``compiled`` and ``max_row_errors``: as :class:`PostgresStore`'s."""
+        super().__init__(pool, compiled=compiled, max_row_errors=max_row_errors)
         self._listener = Listener(dsn, JOBS_CHANNEL) if dsn is not None else None
 
     async def claim_job(self, owner: str, lease_s: float, max_per_client: int) -> Job | None:
@@ -89,6 +95,12 @@ class PostgresJobQueue(PostgresStore):
 
     async def purge_job(self, job_id: uuid.UUID, at: dt.datetime) -> Purged:
         return await retention.purge_job(self._pool, job_id, at)
+
+    async def sweep_outbox(self, before: dt.datetime, limit: int, *, unpublished: bool) -> int:
+        return await retention.sweep_outbox(self._pool, before, limit, unpublished=unpublished)
+
+    async def sweep_webhooks(self, before: dt.datetime, limit: int) -> int:
+        return await retention.sweep_webhooks(self._pool, before, limit)
 
     async def wait_for_jobs(self, timeout_s: float) -> None:
         """Return when a job was queued since the last call (or meanwhile), or after the timeout.

@@ -133,6 +133,7 @@ def view_from_row(row: asyncpg.Record) -> JobView:
         awaiting_apply=row["awaiting_apply"],
         preview_expires_at=row["preview_expires_at"],
         purged_at=row["purged_at"],
+        row_errors_left_out=row["row_errors_left_out"],
         preview_applied=row["preview_applied_at"] is not None,
         max_invalid=row["max_invalid"],
         validation=json_of(row["validation"]),

@@ -29,4 +29,20 @@ async def purge_job(pool: asyncpg.Pool, job_id: uuid.UUID, at: dt.datetime) -> P
             row = await conn.fetchrow(queries()["purge_job"], job_id, at)
             await forget_on(conn, job_id)  # its headers leave the client's memory
     assert row is not None
-    return Purged(row["jobs"], row["raw_values"], row["journal_rows"])
+    return Purged(row["jobs"], row["raw_values"], row["journal_rows"], row["ledger_rows"])
+
+
+async def sweep_outbox(
+    pool: asyncpg.Pool, before: dt.datetime, limit: int, *, unpublished: bool
+) -> int:
+    """Delete at most ``limit`` outbox messages published before ``before`` (``unpublished``:
+    and never published, created before it), in one transaction; how many."""
+    with translated_errors():
+        return int(await pool.fetchval(queries()["sweep_outbox"], before, limit, unpublished))
+
+
+async def sweep_webhooks(pool: asyncpg.Pool, before: dt.datetime, limit: int) -> int:
+    """Delete at most ``limit`` webhook deliveries that ended before ``before``, with their
+    attempts, in one transaction; how many deliveries."""
+    with translated_errors():
+        return int(await pool.fetchval(queries()["sweep_webhooks"], before, limit))

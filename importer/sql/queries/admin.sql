@@ -124,6 +124,9 @@ key_groups AS (
 row_errors AS (
     DELETE FROM import_row_error WHERE job_id = $1 RETURNING 1
 ),
+error_tally AS (  -- the report's cap counts afresh
+    DELETE FROM import_error_tally WHERE job_id = $1
+),
 marks AS (
     DELETE FROM import_merge_mark WHERE job_id = $1
 ),

@@ -126,3 +126,25 @@ LIMIT 1;
 -- transaction.
 INSERT INTO import_duplicate (job_id, chunk_no, batch_line, competitions)
 VALUES ($1, $2, $3, $4);
+
+-- name: open_error_tally
+-- The error report's cap (import_error_tally): the job's tally, made by its first batch with
+-- invalid rows or warnings.
+INSERT INTO import_error_tally (job_id) VALUES ($1) ON CONFLICT (job_id) DO NOTHING;
+
+-- name: take_error_room
+-- Of the $2 invalid rows and warnings a batch of job $1 would store, how many fit under the
+-- cap $3 (IMPORTER_MAX_ROW_ERRORS); the others are counted as left out. In the batch's
+-- transaction: the tally's row stays locked until it commits, and a rollback takes the count
+-- back with the rows.
+WITH before AS (
+    SELECT stored FROM import_error_tally WHERE job_id = $1 FOR UPDATE
+),
+room AS (
+    SELECT least($2::bigint, greatest($3::bigint - stored, 0)) AS fits FROM before
+)
+UPDATE import_error_tally t
+SET stored = t.stored + room.fits, left_out = t.left_out + $2 - room.fits
+FROM room
+WHERE t.job_id = $1
+RETURNING room.fits;

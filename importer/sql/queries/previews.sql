@@ -222,7 +222,11 @@ RETURNING status;
 
 -- name: clear_row_errors
 -- A run that starts with an empty ledger starts with an empty error report: rows a preview or a
--- validation reported outside any batch are reported again by the batches that follow.
+-- validation reported outside any batch are reported again by the batches that follow (and
+-- counted again against the report's cap).
+WITH tally AS (
+    DELETE FROM import_error_tally WHERE job_id = $1
+)
 DELETE FROM import_row_error WHERE job_id = $1;
 
 -- name: save_validation
