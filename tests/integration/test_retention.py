@@ -22,7 +22,7 @@ from importer.services.documents import job_document
 from importer.services.undo import undo_import
 from importer.services.worker import Worker
 from importer.settings import Settings
-from tests.jobs_support import WAIT_S, Env, contacts_csv, job_env, upload_job
+from tests.jobs_support import WAIT_S, Env, contacts_csv, job_env, ledger_chunks, upload_job
 from tests.support import fetch
 
 pytestmark = pytest.mark.integration
@@ -99,6 +99,7 @@ async def test_the_sweep_purges_the_imports_past_their_retention_once(
     raw, created, journaled = await _counts(env, old)
     assert raw > 0
     assert created > 0
+    assert await ledger_chunks(env.dsn, old) > 0
     view = await env.views.view_job(client, old)  # type: ignore[arg-type]
     assert view.retained_until is not None
     document = job_document(view, dt.datetime.now(dt.UTC))
@@ -107,7 +108,9 @@ async def test_the_sweep_purges_the_imports_past_their_retention_once(
     observer = Counted()
     await _worker(env, dt.datetime.now(dt.UTC), observer).sweep_retention(force=True)
     assert await _counts(env, old) == (0, 0, 0)
+    assert await ledger_chunks(env.dsn, old) == 0  # issue 26: its chunk ledger goes too
     assert (await _counts(env, young))[0] > 0  # younger than the retention: kept
+    assert await ledger_chunks(env.dsn, young) > 0
     ((jobs, objects, raw_values, journal_rows),) = observer.purged
     assert (jobs, objects) == (1, 1)
     assert raw_values >= raw + 1
