@@ -202,4 +202,3 @@ async def test_removing_an_imports_data_resets_its_tally(
     await env.admin.remove_job_data(None, job_id)
     assert await _report_rows(env.dsn, job_id) == 0
     assert not await fetch(env.dsn, "SELECT 1 FROM import_error_tally WHERE job_id = $1", job_id)
-

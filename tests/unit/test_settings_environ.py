@@ -92,3 +92,27 @@ def test_a_chunk_size_over_what_a_chunk_message_carries_is_refused() -> None:
     assert Settings.from_environ({"IMPORTER_CHUNK_SIZE": "1000000"}).chunk_size == 1_000_000
     with pytest.raises(ConfigurationError, match="IMPORTER_CHUNK_SIZE must be at most 1000000"):
         Settings.from_environ({"IMPORTER_CHUNK_SIZE": "1000001"})
+
+
+def test_bounded_tables_settings() -> None:
+    """Issue 26: the outbox's and the webhook deliveries' days and the error report's cap."""
+    defaults = Settings.from_environ({})
+    assert (
+        defaults.outbox_retention_days,
+        defaults.webhook_retention_days,
+        defaults.max_row_errors,
+    ) == (7, 30, 100_000)
+    settings = Settings.from_environ(
+        {
+            "IMPORTER_OUTBOX_RETENTION_DAYS": "2",
+            "IMPORTER_WEBHOOK_RETENTION_DAYS": "3",
+            "IMPORTER_MAX_ROW_ERRORS": "50",
+        }
+    )
+    assert (
+        settings.outbox_retention_days,
+        settings.webhook_retention_days,
+        settings.max_row_errors,
+    ) == (2, 3, 50)
+    with pytest.raises(ConfigurationError, match="IMPORTER_MAX_ROW_ERRORS"):
+        Settings.from_environ({"IMPORTER_MAX_ROW_ERRORS": "0"})

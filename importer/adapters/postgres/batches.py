@@ -20,7 +20,8 @@ from importer.adapters.postgres import contacts, copybin, journal
 from importer.adapters.postgres.duplicates import write_duplicates
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.adapters.postgres.records import storable_text
-from importer.core import duplicates, failpoints, keys, lifecycle, merge, policy, report
+from importer.adapters.postgres.tally import issues_within_cap
+from importer.core import duplicates, failpoints, keys, lifecycle, merge, policy
 from importer.core.config import DEFAULT_MAX_ROW_ERRORS
 from importer.core.errors import (
     BatchAlreadyAppliedError,
@@ -57,21 +58,6 @@ _PLAN_TABLES = (
 ROW_ERROR_COLUMNS = ("job_id", "line", "column_name", "reason", "severity", "value")
 _COPY_MESSAGE = 1 << 19  # bytes per CopyData message (asyncpg's own size; the server takes < 1 GB)
 _POLICIES_KEPT = 64  # jobs whose parsed merge policy a store keeps (a worker runs a few at once)
-
-
-async def issues_within_cap(
-    conn: Conn, job_id: uuid.UUID, issues: Sequence[RowIssue], cap: int
-) -> Sequence[RowIssue]:
-    """The issues the job's error report stores, in the caller's transaction: of its invalid
-    rows and warnings those that fit under ``cap`` (the rest are counted as left out, see
-    import_error_tally), and every ``error`` row."""
-    counted = report.capped(issues)
-    if not counted:
-        return issues
-    q = queries()
-    await conn.execute(q["open_error_tally"], job_id)
-    fits = await conn.fetchval(q["take_error_room"], job_id, len(counted), cap)
-    return issues if fits == len(counted) else report.within_cap(issues, fits)
 
 
 def issue_records(job_id: uuid.UUID, issues: Sequence[RowIssue]) -> list[tuple[Any, ...]]:

@@ -27,10 +27,10 @@ from importer.adapters.postgres.batches import (
     ROW_ERROR_COLUMNS,
     copy_messages,
     issue_records,
-    issues_within_cap,
 )
 from importer.adapters.postgres.contacts import stored_contact, stored_contacts
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
+from importer.adapters.postgres.tally import issues_within_cap
 from importer.core import keys, lifecycle
 from importer.core.config import DEFAULT_MAX_ROW_ERRORS
 from importer.core.errors import IllegalTransitionError, LeaseLostError
