@@ -17,15 +17,52 @@ SELECT pg_advisory_xact_lock($1);
 -- transaction holds (a cancel, a live owner's batch).
 -- A claim starts a run: read_to_end_at is cleared. Lease: $1 owner, $2 seconds; $4: the
 -- claimable statuses.
-WITH candidate AS (
+-- The view's order without computing it (issue 26: with 100,000 waiting jobs numbering them all
+-- took half a second a claim): walking the waiting jobs oldest first (import_job_claim_idx), the
+-- first whose client runs nothing is its client's oldest waiting job (an older one of that
+-- client would have come first), the view's first; only when there is none, the oldest job
+-- whose client holds fewer than $3 live leases. A client's running imports are probes of
+-- import_job_client_lease_idx and of the turns held (pg_locks, read once).
+WITH turns AS MATERIALIZED (
+    SELECT objid::integer AS client_id FROM pg_locks
+    WHERE locktype = 'advisory' AND classid = 1243542 AND objsubid = 2 AND granted
+),
+head AS (
     SELECT j.id FROM import_job j
-    JOIN import_claim_queue q ON q.id = j.id
     WHERE j.status = ANY($4::text[])
+      AND j.status IN ('queued', 'normalizing', 'ready', 'importing')  -- the index's predicate
       AND coalesce(j.lease_expires_at, '-infinity') <= now()
-      AND q.leases < $3
-    ORDER BY q.position
+      AND NOT j.in_process AND NOT j.awaiting_apply
+      AND NOT EXISTS (SELECT FROM turns t WHERE t.client_id = j.client_id)
+      AND NOT EXISTS (
+          SELECT FROM import_job r
+          WHERE r.client_id = j.client_id AND r.lease_owner IS NOT NULL
+            AND r.status IN ('queued', 'normalizing', 'ready', 'importing')
+            AND r.lease_expires_at > now()
+      )
+    ORDER BY j.created_at, j.id
     LIMIT 1
     FOR UPDATE OF j SKIP LOCKED
+),
+other AS (
+    SELECT j.id FROM import_job j
+    WHERE NOT EXISTS (SELECT FROM head)
+      AND j.status = ANY($4::text[])
+      AND j.status IN ('queued', 'normalizing', 'ready', 'importing')
+      AND coalesce(j.lease_expires_at, '-infinity') <= now()
+      AND NOT j.in_process AND NOT j.awaiting_apply
+      AND (
+          SELECT count(*) FROM import_job r
+          WHERE r.client_id = j.client_id AND r.lease_owner IS NOT NULL
+            AND r.status IN ('queued', 'normalizing', 'ready', 'importing')
+            AND r.lease_expires_at > now()
+      ) < $3
+    ORDER BY j.created_at, j.id
+    LIMIT 1
+    FOR UPDATE OF j SKIP LOCKED
+),
+candidate AS (
+    SELECT id FROM head UNION ALL SELECT id FROM other
 )
 UPDATE import_job j
 SET lease_owner = $1, lease_expires_at = now() + make_interval(secs => $2), read_to_end_at = NULL
