@@ -546,12 +546,18 @@ CREATE TABLE IF NOT EXISTS import_error_tally (
     left_out  bigint NOT NULL DEFAULT 0 CHECK (left_out >= 0)
 );
 
--- The claim (claim_job) walks the waiting jobs oldest first and probes each one's client for a
--- live lease (issue 26: 100,000 waiting jobs of 1,000 clients).
+-- The claim (claim_job) walks the claimable jobs oldest first and probes each one's client for
+-- a live lease; a queued job's place (import_queue_position) counts the claimable jobs older
+-- than it (an index-only count, less the few under a live lease) and probes each client's
+-- oldest (issue 26: 100,000 waiting jobs of 1,000 clients).
 CREATE INDEX IF NOT EXISTS import_job_claim_idx ON import_job (created_at, id)
-    WHERE status IN ('queued', 'normalizing', 'ready', 'importing');
+    WHERE status IN ('queued', 'normalizing', 'ready', 'importing') AND NOT in_process
+      AND NOT awaiting_apply;
 CREATE INDEX IF NOT EXISTS import_job_client_lease_idx ON import_job (client_id, lease_expires_at)
-    WHERE status IN ('queued', 'normalizing', 'ready', 'importing') AND lease_owner IS NOT NULL;
+    WHERE status IN ('queued', 'normalizing', 'ready', 'importing')
+      AND lease_expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS import_job_client_waiting_idx ON import_job (client_id, created_at, id)
+    WHERE status IN ('queued', 'normalizing', 'ready', 'importing');
 
 -- The claim's order (claim_job) and a queued job's place in it (queue_position): every job a
 -- worker may claim now (queued, or running under an expired lease), numbered from 1. First the
@@ -589,6 +595,58 @@ SELECT id, client_id, leases,
        row_number() OVER (ORDER BY running OR nth > 1, created_at, id) AS position
 FROM waiting;
 
+-- A waiting job's place in the claim's order (the import_claim_queue view's position) without
+-- numbering the whole queue (issue 26: 100,000 waiting jobs took half a second a status): the
+-- heads (each client's oldest waiting job, one probe of import_job_client_waiting_idx per
+-- client) of the clients that run nothing come first, oldest first; then every other waiting
+-- job, oldest first. So a head is after the heads older than it; another job after all the
+-- heads and the other jobs older than it (a count over import_job_claim_idx).
+CREATE OR REPLACE FUNCTION import_queue_position(job uuid, job_client integer, job_created timestamptz)
+RETURNS bigint LANGUAGE sql STABLE AS $$
+WITH RECURSIVE heads AS (
+    (SELECT client_id, created_at, id FROM import_job
+     WHERE status IN ('queued', 'normalizing', 'ready', 'importing')
+       AND coalesce(lease_expires_at, '-infinity') <= now() AND NOT in_process
+       AND NOT awaiting_apply
+     ORDER BY client_id, created_at, id LIMIT 1)
+    UNION ALL
+    SELECT n.* FROM heads h CROSS JOIN LATERAL (
+        SELECT client_id, created_at, id FROM import_job
+        WHERE status IN ('queued', 'normalizing', 'ready', 'importing') AND client_id > h.client_id
+          AND coalesce(lease_expires_at, '-infinity') <= now() AND NOT in_process
+          AND NOT awaiting_apply
+        ORDER BY client_id, created_at, id LIMIT 1
+    ) n
+),
+running AS MATERIALIZED (
+    SELECT client_id FROM import_job
+    WHERE status IN ('queued', 'normalizing', 'ready', 'importing') AND lease_owner IS NOT NULL
+      AND lease_expires_at IS NOT NULL AND lease_expires_at > now()
+    UNION
+    SELECT objid::integer FROM pg_locks
+    WHERE locktype = 'advisory' AND classid = 1243542 AND objsubid = 2 AND granted
+),
+first AS MATERIALIZED (  -- the heads of the clients that run nothing
+    SELECT created_at, id FROM heads WHERE client_id NOT IN (SELECT client_id FROM running)
+),
+before AS (
+    SELECT count(*) AS heads FROM first WHERE (created_at, id) < (job_created, job)
+)
+SELECT CASE
+    WHEN EXISTS (SELECT FROM first WHERE id = job) THEN (SELECT heads FROM before) + 1
+    ELSE (SELECT count(*) FROM first) - (SELECT heads FROM before) + 1 + (
+        SELECT count(*) FROM import_job
+        WHERE status IN ('queued', 'normalizing', 'ready', 'importing') AND NOT in_process
+          AND NOT awaiting_apply AND (created_at, id) < (job_created, job)
+    ) - (
+        SELECT count(*) FROM import_job
+        WHERE status IN ('queued', 'normalizing', 'ready', 'importing') AND NOT in_process
+          AND NOT awaiting_apply AND lease_expires_at > now()
+          AND (created_at, id) < (job_created, job)
+    )
+END
+$$;
+
 -- A job with its progress: the furthest offset a done chunk reached (end offsets grow with
 -- chunk_no: one backward index probe) and, while the job runs, the ledger's counters (a terminal
 -- job's row holds them), what it committed in the last 10 seconds (progress.RATE_WINDOW_S: rows
@@ -599,7 +657,11 @@ CREATE VIEW import_job_progress AS
 SELECT j.*, coalesce(last.end_offset, 0) AS bytes_read, last.end_offset IS NOT NULL AS batches_done,
        live.*,
        coalesce(last.end_offset, 0) - coalesce(live.offset_before_window, 0) AS recent_bytes,
-       queue.position AS queue_position, coalesce(tally.left_out, 0) AS row_errors_left_out
+       CASE WHEN j.status = 'queued' AND coalesce(j.lease_expires_at, '-infinity') <= now()
+                 AND NOT j.in_process AND NOT j.awaiting_apply
+            THEN import_queue_position(j.id, j.client_id, j.created_at)
+       END AS queue_position,
+       coalesce(tally.left_out, 0) AS row_errors_left_out
 FROM import_job j
 LEFT JOIN import_error_tally tally ON tally.job_id = j.id
 LEFT JOIN LATERAL (
@@ -616,10 +678,7 @@ CROSS JOIN LATERAL (
     FROM import_chunk
     WHERE job_id = j.id
       AND j.status NOT IN ('completed', 'completed_with_placeholders', 'failed', 'cancelled')
-) AS live
-LEFT JOIN LATERAL (
-    SELECT q.position FROM import_claim_queue q WHERE q.id = j.id AND j.status = 'queued'
-) AS queue ON true;
+) AS live;
 
 -- A preview's valid rows, staged while the file is read and planned once it is
 -- (importer/adapters/postgres/previews.py, importer/core/preview.py): then deleted. Unlogged: a

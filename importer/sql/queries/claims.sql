@@ -31,14 +31,14 @@ head AS (
     SELECT j.id FROM import_job j
     WHERE j.status = ANY($4::text[])
       AND j.status IN ('queued', 'normalizing', 'ready', 'importing')  -- the index's predicate
-      AND coalesce(j.lease_expires_at, '-infinity') <= now()
       AND NOT j.in_process AND NOT j.awaiting_apply
+      AND coalesce(j.lease_expires_at, '-infinity') <= now()
       AND NOT EXISTS (SELECT FROM turns t WHERE t.client_id = j.client_id)
       AND NOT EXISTS (
           SELECT FROM import_job r
           WHERE r.client_id = j.client_id AND r.lease_owner IS NOT NULL
             AND r.status IN ('queued', 'normalizing', 'ready', 'importing')
-            AND r.lease_expires_at > now()
+            AND r.lease_expires_at IS NOT NULL AND r.lease_expires_at > now()
       )
     ORDER BY j.created_at, j.id
     LIMIT 1
@@ -49,13 +49,13 @@ other AS (
     WHERE NOT EXISTS (SELECT FROM head)
       AND j.status = ANY($4::text[])
       AND j.status IN ('queued', 'normalizing', 'ready', 'importing')
-      AND coalesce(j.lease_expires_at, '-infinity') <= now()
       AND NOT j.in_process AND NOT j.awaiting_apply
+      AND coalesce(j.lease_expires_at, '-infinity') <= now()
       AND (
           SELECT count(*) FROM import_job r
           WHERE r.client_id = j.client_id AND r.lease_owner IS NOT NULL
             AND r.status IN ('queued', 'normalizing', 'ready', 'importing')
-            AND r.lease_expires_at > now()
+            AND r.lease_expires_at IS NOT NULL AND r.lease_expires_at > now()
       ) < $3
     ORDER BY j.created_at, j.id
     LIMIT 1
