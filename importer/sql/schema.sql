@@ -547,7 +547,7 @@ CREATE TABLE IF NOT EXISTS import_error_tally (
 );
 
 -- The claim (claim_job) walks the claimable jobs oldest first and probes each one's client for
--- a live lease; a queued job's place (import_queue_position) counts the claimable jobs older
+-- a live lease; a queued job's place (import_queue_positions) counts the claimable jobs older
 -- than it (an index-only count, less the few under a live lease) and probes each client's
 -- oldest (issue 26: 100,000 waiting jobs of 1,000 clients).
 CREATE INDEX IF NOT EXISTS import_job_claim_idx ON import_job (created_at, id)
@@ -568,6 +568,8 @@ CREATE INDEX IF NOT EXISTS import_job_client_waiting_idx ON import_job (client_i
 -- the queue (in_process: it runs where it was started or resumed). `leases` feeds the claim's
 -- fair-share cap.
 DROP VIEW IF EXISTS import_job_progress;
+DROP VIEW IF EXISTS import_job_listing;
+DROP FUNCTION IF EXISTS import_queue_position(uuid, integer, timestamptz);
 DROP VIEW IF EXISTS import_claim_queue;
 CREATE VIEW import_claim_queue AS
 WITH leased AS (
@@ -595,14 +597,17 @@ SELECT id, client_id, leases,
        row_number() OVER (ORDER BY running OR nth > 1, created_at, id) AS position
 FROM waiting;
 
--- A waiting job's place in the claim's order (the import_claim_queue view's position) without
--- numbering the whole queue (issue 26: 100,000 waiting jobs took half a second a status): the
--- heads (each client's oldest waiting job, one probe of import_job_client_waiting_idx per
--- client) of the clients that run nothing come first, oldest first; then every other waiting
--- job, oldest first. So a head is after the heads older than it; another job after all the
--- heads and the other jobs older than it (a count over import_job_claim_idx).
-CREATE OR REPLACE FUNCTION import_queue_position(job uuid, job_client integer, job_created timestamptz)
-RETURNS bigint LANGUAGE sql STABLE AS $$
+-- Waiting jobs' places in the claim's order (the import_claim_queue view's position) without
+-- numbering the whole queue (issue 26: with 100,000 waiting jobs that took half a second a
+-- status), for one job (a status) or a history page's queued jobs at once. The heads (each
+-- client's oldest waiting job: one probe of import_job_client_waiting_idx per client) of the
+-- clients that run nothing come first, oldest first; then every other waiting job, oldest
+-- first. So a head is after the heads older than it; another job after every head and the
+-- other jobs older than it: the claimable jobs up to the newest wanted one are numbered in one
+-- pass of import_job_claim_idx (index-only), less the few under a live lease. A job that is
+-- not queued and waiting gets no row.
+CREATE OR REPLACE FUNCTION import_queue_positions(jobs uuid[])
+RETURNS TABLE (job_id uuid, job_position bigint) LANGUAGE sql STABLE AS $$
 WITH RECURSIVE heads AS (
     (SELECT client_id, created_at, id FROM import_job
      WHERE status IN ('queued', 'normalizing', 'ready', 'importing')
@@ -626,25 +631,42 @@ running AS MATERIALIZED (
     SELECT objid::integer FROM pg_locks
     WHERE locktype = 'advisory' AND classid = 1243542 AND objsubid = 2 AND granted
 ),
-first AS MATERIALIZED (  -- the heads of the clients that run nothing
-    SELECT created_at, id FROM heads WHERE client_id NOT IN (SELECT client_id FROM running)
+first AS MATERIALIZED (
+    SELECT created_at, id, row_number() OVER (ORDER BY created_at, id) AS nth
+    FROM heads WHERE client_id NOT IN (SELECT client_id FROM running)
 ),
-before AS (
-    SELECT count(*) AS heads FROM first WHERE (created_at, id) < (job_created, job)
+wanted AS MATERIALIZED (
+    SELECT id, created_at FROM import_job
+    WHERE id = ANY(jobs) AND status = 'queued'
+      AND coalesce(lease_expires_at, '-infinity') <= now() AND NOT in_process
+      AND NOT awaiting_apply
+),
+newest AS MATERIALIZED (
+    SELECT created_at, id FROM wanted ORDER BY created_at DESC, id DESC LIMIT 1
+),
+numbered AS (  -- 1 + the claimable jobs older than each, live leases included: in index order
+    SELECT c.id, row_number() OVER (ORDER BY c.created_at, c.id) AS nth
+    FROM import_job c
+    WHERE c.status IN ('queued', 'normalizing', 'ready', 'importing') AND NOT c.in_process
+      AND NOT c.awaiting_apply
+      AND (c.created_at, c.id) <= ((SELECT created_at FROM newest), (SELECT id FROM newest))
+),
+leased AS MATERIALIZED (
+    SELECT created_at, id FROM import_job
+    WHERE status IN ('queued', 'normalizing', 'ready', 'importing') AND NOT in_process
+      AND NOT awaiting_apply AND lease_expires_at IS NOT NULL AND lease_expires_at > now()
 )
-SELECT CASE
-    WHEN EXISTS (SELECT FROM first WHERE id = job) THEN (SELECT heads FROM before) + 1
-    ELSE (SELECT count(*) FROM first) - (SELECT heads FROM before) + 1 + (
-        SELECT count(*) FROM import_job
-        WHERE status IN ('queued', 'normalizing', 'ready', 'importing') AND NOT in_process
-          AND NOT awaiting_apply AND (created_at, id) < (job_created, job)
-    ) - (
-        SELECT count(*) FROM import_job
-        WHERE status IN ('queued', 'normalizing', 'ready', 'importing') AND NOT in_process
-          AND NOT awaiting_apply AND lease_expires_at > now()
-          AND (created_at, id) < (job_created, job)
-    )
-END
+SELECT w.id,
+       coalesce(
+           f.nth,
+           (SELECT count(*) FROM first)
+           - (SELECT count(*) FROM first o WHERE (o.created_at, o.id) < (w.created_at, w.id))
+           + n.nth
+           - (SELECT count(*) FROM leased x WHERE (x.created_at, x.id) < (w.created_at, w.id))
+       )
+FROM wanted w
+JOIN numbered n ON n.id = w.id
+LEFT JOIN first f ON f.id = w.id
 $$;
 
 -- A job with its progress: the furthest offset a done chunk reached (end offsets grow with
@@ -653,14 +675,10 @@ $$;
 -- and the bytes past the furthest offset reached before them) and whether any batch is done;
 -- a queued job's place in the claim's order; the error report's rows left out past its cap.
 -- Recreated on every migrate: `j.*` is expanded when -- the view is made, so a column added to import_job must reach it.
-CREATE VIEW import_job_progress AS
+CREATE VIEW import_job_listing AS
 SELECT j.*, coalesce(last.end_offset, 0) AS bytes_read, last.end_offset IS NOT NULL AS batches_done,
        live.*,
        coalesce(last.end_offset, 0) - coalesce(live.offset_before_window, 0) AS recent_bytes,
-       CASE WHEN j.status = 'queued' AND coalesce(j.lease_expires_at, '-infinity') <= now()
-                 AND NOT j.in_process AND NOT j.awaiting_apply
-            THEN import_queue_position(j.id, j.client_id, j.created_at)
-       END AS queue_position,
        coalesce(tally.left_out, 0) AS row_errors_left_out
 FROM import_job j
 LEFT JOIN import_error_tally tally ON tally.job_id = j.id
@@ -679,6 +697,14 @@ CROSS JOIN LATERAL (
     WHERE job_id = j.id
       AND j.status NOT IN ('completed', 'completed_with_placeholders', 'failed', 'cancelled')
 ) AS live;
+-- One job's: the listing with its place in the queue. (The history pages read the listing and
+-- place their page's queued jobs at once: import_queue_positions.)
+CREATE VIEW import_job_progress AS
+SELECT l.*,
+       CASE WHEN l.status = 'queued' THEN (
+           SELECT q.job_position FROM import_queue_positions(ARRAY[l.id]) q
+       ) END AS queue_position
+FROM import_job_listing l;
 
 -- A preview's valid rows, staged while the file is read and planned once it is
 -- (importer/adapters/postgres/previews.py, importer/core/preview.py): then deleted. Unlogged: a
