@@ -6,7 +6,6 @@ command-line job; each claim takes the view's first claimable job, and every que
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import random
 import uuid
@@ -22,8 +21,7 @@ from importer.sql import queries
 pytestmark = pytest.mark.integration
 
 CAP = 2  # IMPORTER_MAX_IMPORTS_PER_CLIENT
-PAGE = 50  # a history page: its rows are sorted back into order
-NO_CURSOR = (dt.datetime.max.replace(tzinfo=dt.UTC), uuid.UUID(int=(1 << 128) - 1))
+PAGE = 50  # a history page: its queued jobs are placed at once
 
 INSERT = (
     "INSERT INTO import_job (id, client_id, status, source, input_format, conflict_strategy,"
@@ -56,9 +54,10 @@ async def _random_queue(pool: asyncpg.Pool, rng: random.Random) -> None:
 
 async def _expected(pool: asyncpg.Pool) -> uuid.UUID | None:
     """The view's first job whose client holds fewer than CAP live leases."""
-    return await pool.fetchval(
+    first: uuid.UUID | None = await pool.fetchval(
         "SELECT id FROM import_claim_queue WHERE leases < $1 ORDER BY position LIMIT 1", CAP
     )
+    return first
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -72,12 +71,19 @@ async def test_claims_and_positions_follow_the_views_order(db_dsn: str, seed: in
                 "SELECT q.id, q.client_id, q.position FROM import_claim_queue q"
                 " JOIN import_job j ON j.id = q.id WHERE j.status = 'queued'"
             )
+            expected = {row["id"]: row["position"] for row in positions}
             for row in positions:
                 view = await views.view_job(row["client_id"], row["id"])
                 assert view.queue_position == row["position"], row
-            expected = await _expected(pool)
+            for client in range(1, 7):  # the history pages place their queued jobs too
+                page = await views.list_jobs(
+                    client, user_id=None, statuses=None, before=None, limit=100
+                )
+                shown = {v.id: v.queue_position for v in page if v.queue_position is not None}
+                assert shown == {i: p for i, p in expected.items() if i in {v.id for v in page}}
+            first = await _expected(pool)
             claimed = await store.claim_job(f"w{seed}", 600.0, CAP)
-            assert (claimed.id if claimed is not None else None) == expected
+            assert (claimed.id if claimed is not None else None) == first
     finally:
         await pool.close()
 
@@ -95,7 +101,7 @@ def _sorted_rows(plan: object) -> list[int]:
 async def test_neither_the_claim_nor_a_status_sorts_the_queue(db_dsn: str) -> None:
     """With 100,000 waiting jobs numbering them all (sorting the queue by client, then by the
     claim's order) cost a claim and a status half a second (benchmarks/bench_claims.py): now
-    they sort at most a row per client (its oldest waiting job) or per history row."""
+    they sort at most a row per client (its oldest waiting job) or per job of a history page."""
     clients, jobs = 20, 3000
     pool = await connect_pool(db_dsn, 1)
     try:
@@ -109,12 +115,14 @@ async def test_neither_the_claim_nor_a_status_sorts_the_queue(db_dsn: str) -> No
         )
         await pool.execute("ANALYZE import_job")
         job = await pool.fetchrow("SELECT id, client_id FROM import_job ORDER BY created_at DESC")
+        assert job is not None
+        page = [r["id"] for r in await pool.fetch("SELECT id FROM import_job LIMIT $1", PAGE)]
         q = queries()
         claimable = ["importing", "normalizing", "queued", "ready"]
         for query, args in (
             (q["claim_job"], ("w", 60.0, 2, claimable)),
             (q["view_job"], (job["client_id"], job["id"])),
-            (q["list_jobs"], (job["client_id"], *NO_CURSOR, None, PAGE)),
+            (q["queue_positions"], (page,)),
         ):
             async with pool.acquire() as conn:
                 transaction = conn.transaction()

@@ -128,7 +128,7 @@ def view_from_row(row: asyncpg.Record) -> JobView:
         read_to_end=row["read_to_end_at"] is not None,
         recent_rows=row["recent_rows"] or 0,
         recent_bytes=row["recent_bytes"] or 0,
-        queue_position=row["queue_position"],
+        queue_position=row.get("queue_position"),  # a history page's are found after it
         preview=json_of(row["preview"]),
         awaiting_apply=row["awaiting_apply"],
         preview_expires_at=row["preview_expires_at"],

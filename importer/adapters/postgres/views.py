@@ -88,7 +88,18 @@ class PostgresJobViews:
                 args += (user_id,)
         with translated_errors():
             rows = await self._pool.fetch(self._q[query], *args)
-        return [self._retention(view_from_row(row)) for row in rows]
+            views = [self._retention(view_from_row(row)) for row in rows]
+            return await self._placed(views)
+
+    async def _placed(self, views: list[JobView]) -> list[JobView]:
+        """``views`` (a history page: the listing has no queue positions) with the places of
+        their queued jobs, all found at once."""
+        queued = [v.id for v in views if v.status is JobStatus.QUEUED]
+        if not queued:
+            return views
+        rows = await self._pool.fetch(self._q["queue_positions"], queued)
+        places = {r["job_id"]: r["job_position"] for r in rows}
+        return [replace(v, queue_position=places.get(v.id)) for v in views]
 
     async def mark_uploaded(
         self,

@@ -8,35 +8,21 @@ SELECT * FROM import_job_progress WHERE client_id = $1 AND id = $2;
 
 -- name: list_jobs
 -- History, newest first, one page after the keyset ($2, $3); $4: statuses or NULL for all.
--- Backward scan of import_job_client_history_idx. The page's queued jobs are placed in the
--- queue at once (import_queue_positions: one job's place costs a pass over the queue).
-WITH page AS (
-    SELECT * FROM import_job_listing
-    WHERE client_id = $1 AND (created_at, id) < ($2, $3)
-      AND ($4::text[] IS NULL OR status = ANY($4::text[]))
-    ORDER BY created_at DESC, id DESC
-    LIMIT $5
-)
-SELECT page.*, q.job_position AS queue_position
-FROM page
-LEFT JOIN import_queue_positions(ARRAY(SELECT id FROM page WHERE status = 'queued')) q
-    ON q.job_id = page.id
-ORDER BY page.created_at DESC, page.id DESC;
+-- Backward scan of import_job_client_history_idx. The listing has no queue position: the
+-- page's queued jobs are placed at once after it (queue_positions).
+SELECT * FROM import_job_listing
+WHERE client_id = $1 AND (created_at, id) < ($2, $3)
+  AND ($4::text[] IS NULL OR status = ANY($4::text[]))
+ORDER BY created_at DESC, id DESC
+LIMIT $5;
 
 -- name: list_user_jobs
 -- list_jobs of one user ($6): backward scan of import_job_user_history_idx.
-WITH page AS (
-    SELECT * FROM import_job_listing
-    WHERE client_id = $1 AND user_id = $6 AND (created_at, id) < ($2, $3)
-      AND ($4::text[] IS NULL OR status = ANY($4::text[]))
-    ORDER BY created_at DESC, id DESC
-    LIMIT $5
-)
-SELECT page.*, q.job_position AS queue_position
-FROM page
-LEFT JOIN import_queue_positions(ARRAY(SELECT id FROM page WHERE status = 'queued')) q
-    ON q.job_id = page.id
-ORDER BY page.created_at DESC, page.id DESC;
+SELECT * FROM import_job_listing
+WHERE client_id = $1 AND user_id = $6 AND (created_at, id) < ($2, $3)
+  AND ($4::text[] IS NULL OR status = ANY($4::text[]))
+ORDER BY created_at DESC, id DESC
+LIMIT $5;
 
 -- name: view_any_job
 -- view_job for the owner's command line (`importer status`): any client's job.
@@ -45,19 +31,17 @@ SELECT * FROM import_job_progress WHERE id = $1;
 -- name: list_any_jobs
 -- list_jobs for the owner's command line (`importer history` without --client-id): every
 -- client's jobs after the keyset ($1, $2); $3: statuses or NULL; $5: one user or NULL for all.
-WITH page AS (
-    SELECT * FROM import_job_listing
-    WHERE (created_at, id) < ($1, $2)
-      AND ($3::text[] IS NULL OR status = ANY($3::text[]))
-      AND ($5::text IS NULL OR user_id = $5)
-    ORDER BY created_at DESC, id DESC
-    LIMIT $4
-)
-SELECT page.*, q.job_position AS queue_position
-FROM page
-LEFT JOIN import_queue_positions(ARRAY(SELECT id FROM page WHERE status = 'queued')) q
-    ON q.job_id = page.id
-ORDER BY page.created_at DESC, page.id DESC;
+SELECT * FROM import_job_listing
+WHERE (created_at, id) < ($1, $2)
+  AND ($3::text[] IS NULL OR status = ANY($3::text[]))
+  AND ($5::text IS NULL OR user_id = $5)
+ORDER BY created_at DESC, id DESC
+LIMIT $4;
+
+-- name: queue_positions
+-- The places of the queued jobs $1 in the claim's order (a history page's: import_queue_positions
+-- numbers the queue once for all of them); a job not waiting has no row.
+SELECT job_id, job_position FROM import_queue_positions($1::uuid[]);
 
 -- name: row_errors
 SELECT line, column_name, reason, severity, value
