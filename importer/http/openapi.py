@@ -134,6 +134,11 @@ class JobBody(BaseModel):
     preview_expires_at: dt.datetime | None = Field(
         default=None, description="when a preview nobody applied is cancelled"
     )
+    report_rows_left_out: int = Field(
+        default=0,
+        description="the error report's rows (invalid rows, warnings) counted past its cap "
+        "(IMPORTER_MAX_ROW_ERRORS) and not stored; the counters count every row",
+    )
     counters_differ_from_preview: bool | None = Field(
         default=None,
         description="an applied preview's import, once ended: its counters differ from the "
