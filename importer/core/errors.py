@@ -62,6 +62,10 @@ class ConfigurationError(ImporterError):
     """The configuration is invalid."""
 
 
+class MigrationBlockedError(ConfigurationError):
+    """The database holds data the importer's schema cannot be applied over."""
+
+
 class LayoutError(RefusedError):
     """The import layout is invalid.
 

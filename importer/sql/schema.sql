@@ -17,6 +17,24 @@ CREATE UNIQUE INDEX IF NOT EXISTS idx_contact_client_cpf_cnpj_unique
     ON contact (client_id, cpf_cnpj)
     WHERE cpf_cnpj IS NOT NULL AND deleted_at IS NULL;
 
+-- A stored CPF/CNPJ's normal form, whoever wrote it (seed 003 §8 layer 3 compares
+-- regexp_replace(cpf_cnpj, '\D', '', 'g'): other writers store '529.982.247-25', ' 52998224725',
+-- lower-case alphanumeric CNPJs, keys whose leading zeros a spreadsheet dropped). The SQL twin of
+-- core.normalize's form (without the check digits: a stored key is found whether or not it is
+-- valid): '.', '-', '/' and whitespace dropped, ASCII letters upper-cased, an all-digit key of
+-- fewer than 11 digits padded to 11, of 12 or 13 to 14. The importer finds stored contacts by it
+-- (contact_client_key_form_key, built by `importer db migrate` outside this transaction).
+CREATE OR REPLACE FUNCTION importer_key_form(key text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN k !~ '^[0-9]+$' THEN k
+        WHEN length(k) < 11 THEN lpad(k, 11, '0')
+        WHEN length(k) IN (12, 13) THEN lpad(k, 14, '0')
+        ELSE k
+    END
+    FROM (SELECT upper(regexp_replace(key COLLATE "C", '[-./[:space:]]', '', 'g')) AS k) AS s
+$$;
+
 CREATE TABLE IF NOT EXISTS contact_details (
     id            bigserial PRIMARY KEY,
     contact_id    bigint NOT NULL REFERENCES contact (id),
