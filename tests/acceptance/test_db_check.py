@@ -6,31 +6,17 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import AsyncIterator
 
 import orjson
 import pytest
 
 from tests.acceptance.test_admin_cli import importer
-from tests.conftest import _admin, dsn_for
 from tests.support import cpf, fetch
 
 pytestmark = pytest.mark.acceptance
 
 CLIENT = 52
 A, B = cpf(5201), cpf(5202)
-
-
-@pytest.fixture
-async def legacy_db(template_db: str) -> AsyncIterator[str]:
-    """A database migrated before the key-form index, holding other writers' rows."""
-    name = f"importer_legacy_{CLIENT}_{id(template_db) % 10**6}"
-    await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await _admin(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    dsn = dsn_for(name)
-    await fetch(dsn, "DROP INDEX contact_client_key_form_key")
-    yield dsn
-    await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def contact(dsn: str, key: str | None, name: str) -> int:
@@ -57,23 +43,25 @@ async def detail(dsn: str, contact_id: int, channel: int, value: str) -> int:
     return int(rows[0]["id"])
 
 
-async def test_legacy_rows_block_the_migration_and_the_check_lists_them(legacy_db: str) -> None:
-    old = await contact(legacy_db, A, "Ana")
-    twin = await contact(legacy_db, f"{A[:3]}.{A[3:6]}.{A[6:9]}-{A[9:]}", "Ana (CRM)")
-    bad = await contact(legacy_db, "=1+1", "Formula")
-    fine = await contact(legacy_db, B, "Bruno")
-    phone = await detail(legacy_db, fine, 1, "(11) 3333-4444")
-    email = await detail(legacy_db, fine, 3, "Ana@Exemplo.com")
-    await detail(legacy_db, fine, 1, "+551133334445")  # the importer's form: no finding
+async def test_legacy_rows_block_the_migration_and_the_check_lists_them(
+    pre_key_form_db: str,
+) -> None:
+    old = await contact(pre_key_form_db, A, "Ana")
+    twin = await contact(pre_key_form_db, f"{A[:3]}.{A[3:6]}.{A[6:9]}-{A[9:]}", "Ana (CRM)")
+    bad = await contact(pre_key_form_db, "=1+1", "Formula")
+    fine = await contact(pre_key_form_db, B, "Bruno")
+    phone = await detail(pre_key_form_db, fine, 1, "(11) 3333-4444")
+    email = await detail(pre_key_form_db, fine, 3, "Ana@Exemplo.com")
+    await detail(pre_key_form_db, fine, 1, "+551133334445")  # the importer's form: no finding
 
-    migrated = importer(legacy_db, "db", "migrate")
+    migrated = importer(pre_key_form_db, "db", "migrate")
     assert migrated.returncode == 2, migrated.stderr
     assert f"client {CLIENT}: contacts [{old}, {twin}]" in migrated.stderr
     assert "importer db check" in migrated.stderr
     assert "Traceback" not in migrated.stderr
-    assert not await fetch(legacy_db, "SELECT 1 FROM pg_class WHERE relname = $1", _INDEX)
+    assert not await fetch(pre_key_form_db, "SELECT 1 FROM pg_class WHERE relname = $1", _INDEX)
 
-    checked = importer(legacy_db, "db", "check", "--format", "json")
+    checked = importer(pre_key_form_db, "db", "check", "--format", "json")
     assert checked.returncode == 1, checked.stderr
     report = orjson.loads(checked.stdout)
     assert report["counts"] == {
@@ -91,7 +79,7 @@ async def test_legacy_rows_block_the_migration_and_the_check_lists_them(legacy_d
     normal = {f["detail_id"]: f["normal_form"] for f in report["findings"] if f["detail_id"]}
     assert normal == {phone: "+551133334444", email: "Ana@exemplo.com"}
 
-    as_csv = importer(legacy_db, "db", "check", "--client-id", str(CLIENT))
+    as_csv = importer(pre_key_form_db, "db", "check", "--client-id", str(CLIENT))
     rows = list(csv.reader(io.StringIO(as_csv.stdout)))
     assert rows[0] == [
         "kind",
@@ -113,10 +101,10 @@ async def test_legacy_rows_block_the_migration_and_the_check_lists_them(legacy_d
     ] in rows
     assert "db check: 1 legacy_duplicate, 1 invalid_key, 2 unnormalized_channel" in as_csv.stderr
 
-    await fetch(legacy_db, "UPDATE contact SET deleted_at = now() WHERE id = $1", twin)
-    again = importer(legacy_db, "db", "migrate")  # the owner resolved the duplicate
+    await fetch(pre_key_form_db, "UPDATE contact SET deleted_at = now() WHERE id = $1", twin)
+    again = importer(pre_key_form_db, "db", "migrate")  # the owner resolved the duplicate
     assert again.returncode == 0, again.stderr
-    other = importer(legacy_db, "db", "check", "--client-id", str(CLIENT + 1))
+    other = importer(pre_key_form_db, "db", "check", "--client-id", str(CLIENT + 1))
     assert other.returncode == 0
     assert other.stdout.splitlines() == [",".join(rows[0])]
 

@@ -16,7 +16,6 @@ from importer.adapters.postgres.pool import migrate
 from importer.core.errors import MigrationBlockedError
 from importer.core.models import ConflictStrategy, JobStatus, Reason
 from importer.core.normalize import normalize_cpf_cnpj
-from tests.conftest import _admin, dsn_for
 from tests.support import cpf, fetch, import_file, write_csv
 
 pytestmark = pytest.mark.integration
@@ -111,50 +110,38 @@ async def test_another_writer_cannot_add_a_second_live_contact_of_one_key(db_dsn
     await store(db_dsn, CLIENT + 1, formatted(A), "Another client's Ana")  # per client
 
 
-@pytest.fixture
-async def bare_db(template_db: str) -> str:
-    """A migrated database without the key-form index, as a database migrated before it."""
-    name = f"importer_keys_{id(template_db) % 10**8}_{CLIENT}"
-    await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await _admin(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    dsn = dsn_for(name)
-    await fetch(dsn, "DROP INDEX contact_client_key_form_key")
-    yield dsn
-    await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 async def test_legacy_duplicates_stop_the_migration_named_and_nothing_half_done(
-    bare_db: str,
+    pre_key_form_db: str,
 ) -> None:
-    first = await store(bare_db, CLIENT, A, "Ana")
-    second = await store(bare_db, CLIENT, formatted(A), "Ana (CRM)")
+    first = await store(pre_key_form_db, CLIENT, A, "Ana")
+    second = await store(pre_key_form_db, CLIENT, formatted(A), "Ana (CRM)")
     with pytest.raises(MigrationBlockedError) as refused:
-        await migrate(bare_db)
+        await migrate(pre_key_form_db)
     message = str(refused.value)
     assert f"client {CLIENT}: contacts [{first}, {second}]" in message
     assert "importer db check" in message
-    assert not await fetch(bare_db, "SELECT 1 FROM pg_class WHERE relname = $1", _INDEX)
-    await fetch(bare_db, "UPDATE contact SET deleted_at = now() WHERE id = $1", second)
-    await migrate(bare_db)  # the owner resolved the duplicate: the index is built
-    state = await fetch(bare_db, _VALID, _INDEX)
+    assert not await fetch(pre_key_form_db, "SELECT 1 FROM pg_class WHERE relname = $1", _INDEX)
+    await fetch(pre_key_form_db, "UPDATE contact SET deleted_at = now() WHERE id = $1", second)
+    await migrate(pre_key_form_db)  # the owner resolved the duplicate: the index is built
+    state = await fetch(pre_key_form_db, _VALID, _INDEX)
     assert [r["indisvalid"] for r in state] == [True]
 
 
 async def test_an_invalid_index_left_by_an_interrupted_build_is_built_again(
-    bare_db: str,
+    pre_key_form_db: str,
 ) -> None:
     await fetch(
-        bare_db,
+        pre_key_form_db,
         "CREATE UNIQUE INDEX contact_client_key_form_key ON contact (client_id, "
         "importer_key_form(cpf_cnpj)) WHERE cpf_cnpj IS NOT NULL AND deleted_at IS NULL",
     )
     await fetch(
-        bare_db,
+        pre_key_form_db,
         "UPDATE pg_index SET indisvalid = false WHERE indexrelid = $1::regclass",
         _INDEX,
     )
-    await migrate(bare_db)
-    assert [r["indisvalid"] for r in await fetch(bare_db, _VALID, _INDEX)] == [True]
+    await migrate(pre_key_form_db)
+    assert [r["indisvalid"] for r in await fetch(pre_key_form_db, _VALID, _INDEX)] == [True]
 
 
 _INDEX = "contact_client_key_form_key"
