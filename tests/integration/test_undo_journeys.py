@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from importer.adapters.postgres.pool import connect_pool
 from importer.adapters.postgres.queue import PostgresJobQueue
 from importer.adapters.postgres.undo import PostgresUndo
-from importer.core.errors import JourneyStartedError, UndoFailedError
+from importer.core.errors import JourneyStartedError, LeaseLostError, UndoFailedError
 from importer.services.undo import undo_import
 from tests.journey_support import classification, import_into_journey, journey_links, new_journey
 from tests.support import cpf, fetch, import_file, live_checksum, write_csv
@@ -101,7 +101,8 @@ def test_a_started_classification_refuses_the_undo_and_keeps_its_links(
         assert await live_checksum(db_dsn, client) == after
         assert (await classification(db_dsn, outcome.job_id))["status"] == "ACTIVE"
         await _execute(
-            db_dsn, "UPDATE journey_classification_contact SET status = 'PAUSED' WHERE id = $1",
+            db_dsn,
+            "UPDATE journey_classification_contact SET status = 'PAUSED' WHERE id = $1",
             found["id"],
         )
         await _undo(db_dsn, outcome.job_id, client)
@@ -128,9 +129,7 @@ def test_replace_that_soft_deletes_a_linked_channel_undoes_consistently(
         links_before = await journey_links(db_dsn, client)
         second = write_csv(tmp_path / "b.csv", HEADER, [("Ana", cpf(1), "y")])
         layout: dict[str, object] = {"merge": {"channels": "replace"}}
-        later = await import_into_journey(
-            db_dsn, second, client, journey, layout_document=layout
-        )
+        later = await import_into_journey(db_dsn, second, client, journey, layout_document=layout)
         links = await journey_links(db_dsn, client)
         assert [(value, live) for *_, value, live in links] == [("x", False), ("y", True)]
         await _undo(db_dsn, later.job_id, client)
@@ -215,5 +214,115 @@ def test_an_import_whose_every_batch_failed_ends_failed(db_dsn: str, tmp_path: P
         other = next(_clients)  # another client's rows go in: its job completes
         done = await import_file(db_dsn, path, other, chunk_size=2)
         assert (await _job(db_dsn, done.job_id))[0] == "completed"
+
+    asyncio.run(run())
+
+
+def test_an_undo_whose_process_stopped_is_failed_once_its_lease_expires(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    """An undo holds the job's lease while it runs. Its process dies after a slice: the job is
+    ``undoing`` under a live lease, which the sweep leaves alone; once the lease expired, the
+    sweep fails it (no job rests in ``undoing`` without a live lease), and the owner's undo
+    resumes it to the state before the import."""
+
+    async def run() -> None:
+        client = next(_clients)
+        pre = write_csv(tmp_path / "pre.csv", HEADER, [("Ana", cpf(1), "")])
+        await import_file(db_dsn, pre, client)
+        before = await live_checksum(db_dsn, client)
+        rows = [("Ana B", cpf(1), ""), ("Bia", cpf(2), ""), ("Caio", cpf(3), "")]
+        body = await import_file(
+            db_dsn, write_csv(tmp_path / "b.csv", HEADER, rows), client, chunk_size=1
+        )
+        pool = await connect_pool(db_dsn, 2)
+        try:
+            dying = PostgresUndo(pool)
+            await dying.begin_undo(client, body.job_id)
+            assert await dying.undo_slice(body.job_id)  # then its process dies
+            queue = PostgresJobQueue(pool)
+            (lease,) = await fetch(
+                db_dsn,
+                "SELECT status, lease_expires_at > now() AS live FROM import_job WHERE id = $1",
+                body.job_id,
+            )
+            assert (lease["status"], lease["live"]) == ("undoing", True)
+            assert await queue.fail_stale_undos() == 0
+            await _execute(  # its lease's time passes
+                db_dsn,
+                "UPDATE import_job SET lease_expires_at = now() - interval '1 second'"
+                " WHERE id = $1",
+                body.job_id,
+            )
+            assert await queue.fail_stale_undos() == 1
+            status, reason = await _job(db_dsn, body.job_id)
+            assert status == "failed"
+            assert reason is not None and reason.startswith("undo_failed: interrupted")
+            with pytest.raises(LeaseLostError):
+                await dying.undo_slice(body.job_id)  # a survivor writes nothing more
+        finally:
+            await pool.close()
+        await _undo(db_dsn, body.job_id)
+        assert await _job(db_dsn, body.job_id) == ("undone", None)
+        assert await live_checksum(db_dsn, client) == before
+
+    asyncio.run(run())
+
+
+JOURNEY_VALUES = ["", "", "x", "y"]
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    pre=st.lists(st.tuples(st.integers(1, 4), st.sampled_from(JOURNEY_VALUES)), max_size=4),
+    body=st.lists(
+        st.tuples(
+            st.integers(1, 4),
+            st.sampled_from(["Ana", "Bia", ""]),
+            st.sampled_from(JOURNEY_VALUES),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    channels=st.sampled_from(["union", "replace"]),
+    chunk_size=st.sampled_from([1, 3, 500]),
+)
+def test_a_journey_import_then_its_undo_leaves_contacts_and_links_as_before(
+    db_dsn: str,
+    tmp_path: Path,
+    pre: list[tuple[int, str]],
+    body: list[tuple[int, str, str]],
+    channels: str,
+    chunk_size: int,
+) -> None:
+    """The invariant: import (with a journey, MERGE, either channel policy) + undo = before —
+    the live contact tables byte for byte and every journey link (an earlier journey import's
+    included); the classification ends CANCELED."""
+
+    async def run() -> None:
+        client = next(_clients)
+        journey = await new_journey(db_dsn, client)
+        if pre:
+            earlier = [(f"P{k}", cpf(k), value) for k, value in pre]
+            path = write_csv(tmp_path / "pre.csv", HEADER, earlier)
+            await import_into_journey(db_dsn, path, client, journey)
+        before = (await live_checksum(db_dsn, client), await journey_links(db_dsn, client))
+        rows = [(name, cpf(k), value) for k, name, value in body]
+        layout: dict[str, object] = {"merge": {"channels": channels}}
+        outcome = await import_into_journey(
+            db_dsn,
+            write_csv(tmp_path / "body.csv", HEADER, rows),
+            client,
+            journey,
+            chunk_size=chunk_size,
+            layout_document=layout,
+        )
+        await _undo(db_dsn, outcome.job_id, client)
+        assert await _job(db_dsn, outcome.job_id) == ("undone", None)
+        after = (await live_checksum(db_dsn, client), await journey_links(db_dsn, client))
+        assert after == before
+        assert (await classification(db_dsn, outcome.job_id))["status"] == "CANCELED"
 
     asyncio.run(run())
