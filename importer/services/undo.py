@@ -66,6 +66,6 @@ async def _run_slices(undo: UndoStore, job_id: uuid.UUID) -> int:
     except StoreError as exc:
         reason = lifecycle.undo_failure_reason(str(exc))
         await undo.fail_undo(job_id, reason)
-        log.error("undo_failed", job_id=str(job_id), slices=slices, reason=reason)
+        log.exception("undo_failed", job_id=str(job_id), slices=slices, reason=reason)
         raise UndoFailedError(f"import {job_id}: {reason}") from exc
     return slices

@@ -185,7 +185,8 @@ def test_an_undo_step_that_fails_ends_the_job_failed_and_the_owner_retries(
             await _undo(db_dsn, outcome.job_id, client)
         status, reason = await _job(db_dsn, outcome.job_id)
         assert status == "failed"
-        assert reason is not None and reason.startswith("undo_failed")
+        assert reason is not None
+        assert reason.startswith("undo_failed")
         assert "platform_opt_in" in reason
         await _execute(db_dsn, "DELETE FROM platform_opt_in")
         await _undo(db_dsn, outcome.job_id)  # the owner's command line
@@ -257,7 +258,8 @@ def test_an_undo_whose_process_stopped_is_failed_once_its_lease_expires(
             assert await queue.fail_stale_undos() == 1
             status, reason = await _job(db_dsn, body.job_id)
             assert status == "failed"
-            assert reason is not None and reason.startswith("undo_failed: interrupted")
+            assert reason is not None
+            assert reason.startswith("undo_failed: interrupted")
             with pytest.raises(LeaseLostError):
                 await dying.undo_slice(body.job_id)  # a survivor writes nothing more
         finally:

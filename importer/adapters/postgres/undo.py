@@ -13,7 +13,7 @@ import uuid
 import asyncpg
 import structlog
 
-from importer.adapters.postgres.pool import pooled, translated_errors
+from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.adapters.postgres.webhooks import enqueue_webhook
 from importer.core import failpoints, lifecycle
 from importer.core.config import DEFAULT_RETENTION_DAYS
@@ -96,7 +96,7 @@ class PostgresUndo:
                 await conn.execute(self._q["cancel_undo_journey"], job_id)
         return start
 
-    async def _check(self, conn: asyncpg.Connection, job_id: uuid.UUID, ended: object) -> None:
+    async def _check(self, conn: Conn, job_id: uuid.UUID, ended: object) -> None:
         """Refuse an undo its journey or another writer forbids (nothing undone yet)."""
         journey = await conn.fetchrow(self._q["lock_undo_journey"], job_id)
         if journey is not None:
