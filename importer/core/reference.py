@@ -416,8 +416,11 @@ class InMemoryStore:
             if state is not None:
                 stored[key] = _stored_with_trace(state, trace, at)
         found = duplicates.batch_competitions(rows, folded, stored, job.strategy, policy)
+        sources = duplicates.batch_sources(rows, folded, stored, job.strategy, policy, found)
         order = (batch.chunk_no, batch.rows[0].line)
-        self.competitions.setdefault(job.id, []).extend((order, Competition(*c)) for c in found)
+        entries = self.competitions.setdefault(job.id, [])
+        entries.extend((order, Competition(*c)) for c in found)
+        entries.extend((order, c) for c in duplicates.source_competitions(sources))
 
     async def discard_batch(
         self,

@@ -441,6 +441,9 @@ CREATE TABLE IF NOT EXISTS import_duplicate (
 );
 
 CREATE INDEX IF NOT EXISTS import_duplicate_job_idx ON import_duplicate (job_id);
+-- Issue 25: a batch's sources (core.duplicates.batch_sources: the lines that gave values it wrote
+-- without a competition), read with the competitions so a later chunk's names the import's line.
+ALTER TABLE import_duplicate ADD COLUMN IF NOT EXISTS sources bytea;
 
 -- Seed 000: one finalization row per import; the primary key makes finalization atomic.
 CREATE TABLE IF NOT EXISTS import_batch_finalized (

@@ -129,9 +129,9 @@ async def test_an_earlier_chunks_line_is_named_not_stored(db_dsn: str, tmp_path:
     key's row, a row that filled a stored contact's empty field, DISCARD's first row: the report
     names that line; a value stored before the import stays `stored`."""
     client = 68
-    await import_file(
-        db_dsn, write_csv(tmp_path / "pre.csv", HEADER, [["", B, "", "p0"]]), client
-    )
+    pre = write_csv(tmp_path / "pre.csv", HEADER, [["", B, "", "p0"]])
+    await import_file(db_dsn, pre, client)
+    await import_file(db_dsn, pre, client + 1)
     rows = [
         ["Ana", A, "", ""],  # 2: new
         ["Bia", B, "", ""],  # 3: fills B's empty name
@@ -151,6 +151,7 @@ async def test_an_earlier_chunks_line_is_named_not_stored(db_dsn: str, tmp_path:
     assert await report(db_dsn, discarded.job_id) == [
         Competition(A, "name", "Ana", 2, (4,), False, "discard"),  # A's first row won
         Competition(B, "custom:plano", "p0", None, (5,), False, "discard"),  # stored before
+        Competition(B, "name", None, None, (3, 5), False, "discard"),  # the stored contact's
     ]
 
 

@@ -7,6 +7,7 @@ running undo."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import itertools
 from collections.abc import AsyncIterator
@@ -70,10 +71,8 @@ async def _serial_outcomes(dsn: str, files: tuple[Path, Path, Path]) -> dict[str
             await import_file(dsn, b, client)
         else:
             await import_file(dsn, b, client)
-            try:
+            with contextlib.suppress(UndoConflictError):
                 await _undo(dsn, first.job_id, client)
-            except UndoConflictError:
-                pass
         outcomes[order] = await db_contacts(dsn, client)
     return outcomes
 
