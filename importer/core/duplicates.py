@@ -59,6 +59,9 @@ CompetitionRow = tuple[str, str, str | None, int | None, tuple[int, ...], bool, 
 
 # A batch's source: (key, line, the report fields that line gave the key's value in the batch).
 SourceRow = tuple[str, int, tuple[str, ...]]
+# A new key's single row: the contact is its, every field it has (a field it lacks stays
+# empty until a later line's source or competition, which comes after it).
+EVERY_FIELD: tuple[str, ...] = ()
 SOURCE_RULE = "source"  # the rule word of a source read back among competitions (never reported)
 
 
@@ -116,6 +119,7 @@ def batch_sources(
     contact (a DISCARD leaves stored contacts as they are). Channels are not sources: only a
     ``replace`` of a contact the import did not create competes on them."""
     discard = strategy is ConflictStrategy.DISCARD
+    default = policy.is_default
     competing = {(c[0], c[1]) for c in found}
     repeated = _merged_keys(folded) if not discard else set()
     by_key: dict[str, list[ContactRow]] = {}
@@ -126,36 +130,55 @@ def batch_sources(
     sources: list[SourceRow] = []
     for key, entry in folded.items():
         contact = stored.get(key)
-        if discard and contact is not None:
-            continue
         if key in repeated:
             sources.extend(_merged_sources(key, by_key[key], contact, policy, competing))
             continue
-        row = entry if isinstance(entry, ContactRow) else by_key[key][0]
-        rule = None if discard else policy
-        fields = tuple(_row_sources(key, row, contact, rule, competing))
+        assert isinstance(entry, ContactRow)  # a key's single row (DISCARD: its first)
+        if contact is None:  # the hot path: a new key's row wrote every field it has
+            sources.append((key, entry.line, EVERY_FIELD))
+            continue
+        if discard:
+            continue  # a DISCARD leaves a stored contact as it is
+        if default:
+            fields = _filled(entry, contact)
+        else:
+            fields = tuple(_row_sources(key, entry, contact, policy, competing))
         if fields:
-            sources.append((key, row.line, fields))
+            sources.append((key, entry.line, fields))
     return sources
+
+
+def _filled(row: ContactRow, contact: StoredContact) -> tuple[str, ...]:
+    """The default policy's sources of a stored contact's single row: the fields it filled (a
+    different stored value competes, an equal one is no change)."""
+    fields = []
+    if row.name is not None and contact.name is None:
+        fields.append(NAME)
+    if row.street_address is not None and contact.street_address is None:
+        fields.append(STREET_ADDRESS)
+    if row.custom_fields:
+        stored = contact.custom_fields
+        for lower, name in {n.lower(): n for n, _ in row.custom_fields}.items():
+            if lower not in stored:
+                fields.append(f"custom:{name}")
+    return tuple(fields)
 
 
 def _row_sources(
     key: str,
     row: ContactRow,
     contact: StoredContact | None,
-    policy: MergePolicy | None,
+    policy: MergePolicy,
     competing: set[tuple[str, str]],
 ) -> Iterator[str]:
-    """The fields a key's single row gave the value (``policy`` None: DISCARD's first row)."""
-    values: list[tuple[str, str, str | None, Rule | None]] = []
+    """MERGE: the fields a key's single row changed on its stored contact."""
+    values: list[tuple[str, str, str | None, Rule]] = []
     if row.name is not None:
-        values.append((NAME, NAME, row.name, None if policy is None else policy.name))
+        values.append((NAME, NAME, row.name, policy.name))
     if row.street_address is not None:
-        rule = None if policy is None else policy.street_address
-        values.append((STREET_ADDRESS, STREET_ADDRESS, row.street_address, rule))
+        values.append((STREET_ADDRESS, STREET_ADDRESS, row.street_address, policy.street_address))
     for lower, (name, value) in {n.lower(): (n, v) for n, v in row.custom_fields}.items():
-        rule = None if policy is None else policy.custom_rule(lower)
-        values.append((f"custom:{name}", lower, value, rule))
+        values.append((f"custom:{name}", lower, value, policy.custom_rule(lower)))
     for field, target, written, rule in values:
         if (key, field) not in competing and _lands(contact, target, written, rule):
             yield field
@@ -188,15 +211,13 @@ def _field_rule(policy: MergePolicy, target: str) -> Rule:
     return policy.custom_rule(target)
 
 
-def _lands(
-    contact: StoredContact | None, target: str, value: str | None, rule: Rule | None
-) -> bool:
-    """Whether a row's ``value`` becomes the field's value (a stored contact's equal value is no
-    change; ``rule`` None: DISCARD, whose first row lands on a new contact only)."""
+def _lands(contact: StoredContact | None, target: str, value: str | None, rule: Rule) -> bool:
+    """Whether a row's ``value`` becomes the field's value (MERGE; a stored contact's equal value
+    is no change)."""
     if contact is None:
         return True
     stored = _stored_value(contact, target)
-    if rule is None or stored == value:
+    if stored == value:
         return False
     if rule is Rule.LAST_NON_EMPTY:
         return True
@@ -525,10 +546,13 @@ def _reported(group: Sequence[Competition]) -> Iterator[Competition]:
         yield combine(group)
 
 
-def source_competitions(sources: Iterable[SourceRow]) -> Iterator[Competition]:
-    """Sources as the entries :func:`combine` reads among competitions (one per field)."""
+def source_competitions(
+    sources: Iterable[SourceRow], competing: Mapping[str, Iterable[str]]
+) -> Iterator[Competition]:
+    """Sources as the entries :func:`combine` reads among competitions: one per field of theirs
+    that competes (``competing``: key → the fields its competitions name; EVERY_FIELD: all)."""
     for key, line, fields in sources:
-        for field in fields:
+        for field in fields or competing.get(key, ()):
             yield Competition(key, field, None, line, (), False, SOURCE_RULE)
 
 

@@ -55,20 +55,19 @@ WITH competitions AS MATERIALIZED (
     CROSS JOIN LATERAL json_array_elements(convert_from(d.competitions, 'UTF8')::json) AS e
     WHERE d.job_id = $1
 ),
-sources AS (
-    SELECT s ->> 0 AS key, f.field, NULL::text AS winner_value,
+competing AS MATERIALIZED (SELECT DISTINCT key, field FROM competitions),
+sources AS (  -- [key, line, fields]; no fields: a new key's row, every field that competes
+    SELECT c.key, c.field, NULL::text AS winner_value,
            (s ->> 1)::integer AS winner_line, '[]' AS losing_lines, false AS loser_stored,
            'source' AS rule, d.chunk_no, d.batch_line
     FROM import_duplicate d
     CROSS JOIN LATERAL json_array_elements(convert_from(d.sources, 'UTF8')::json) AS s
-    CROSS JOIN LATERAL json_array_elements_text(s -> 2) AS f (field)
+    JOIN competing c
+      ON c.key = s ->> 0
+     AND (json_array_length(s -> 2) = 0
+          OR c.field IN (SELECT json_array_elements_text(s -> 2)))
     WHERE d.job_id = $1 AND d.sources IS NOT NULL
 )
 SELECT key, field, winner_value, winner_line, losing_lines, loser_stored, rule
-FROM (
-    SELECT * FROM competitions
-    UNION ALL
-    SELECT * FROM sources s
-    WHERE EXISTS (SELECT 1 FROM competitions c WHERE c.key = s.key AND c.field = s.field)
-) entries
-ORDER BY key, field, chunk_no, batch_line;
+FROM (SELECT * FROM competitions UNION ALL SELECT * FROM sources) entries
+ORDER BY key, field, chunk_no, batch_line, rule <> 'source';  -- a batch's sources first
