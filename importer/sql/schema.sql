@@ -512,6 +512,10 @@ CREATE TABLE IF NOT EXISTS journey_contact (
     UNIQUE (journey_classification_contact_id, contact_detail_id)
 );
 
+-- Issue 25: an undo deletes channels journey links may point to; the foreign key's check (and the
+-- undo's conflict check) find the links by detail, not by scanning every journey's links.
+CREATE INDEX IF NOT EXISTS journey_contact_contact_detail_idx ON journey_contact (contact_detail_id);
+
 -- Seed 003 section 10: a firing intent released only when its import completes.
 CREATE TABLE IF NOT EXISTS firing_intent (
     id             bigserial PRIMARY KEY,
