@@ -21,6 +21,11 @@ batch wrote without a competition (a new key's row, a row that filled an empty s
 ``(key, line, fields)``, one small tuple per key. The report reads them only for the (key, field)s
 that compete, so that a later chunk's competition names the import's own earlier line where the
 value it met came from, instead of ``stored``.
+
+Why this module is long: it is one decision — what the batch's plan left on each (key, field) and
+where that came from — taken twice over the same helpers (the fields a row gives, a rule's landing
+line, the stored value): once for what competed, once for what a line wrote unopposed, plus their
+combination across batches. Split, the halves would share those private helpers both ways.
 """
 
 from __future__ import annotations
