@@ -152,6 +152,21 @@ class UndoConflictError(ConflictError):
         self.conflicts = conflicts  # (contact id, the imports whose journals name it), ≤ 100
 
 
+class JourneyStartedError(ConflictError):
+    """The import's journey classification has started (ACTIVE, DONE or EXPIRED): the journey
+    processed its contacts, so the undo leaves the import and its links as they are."""
+
+    code = "journey_started"
+
+
+class UndoFailedError(ImporterError):
+    """A step of the undo failed: the import is ``failed`` with the reason; undo it again once
+    the cause is gone (it resumes where it stopped)."""
+
+    http_status = 409
+    code = "undo_failed"
+
+
 class RetentionExpiredError(ImporterError):
     """The import's undo journal is past its retention (IMPORTER_RETENTION_DAYS): purged."""
 

@@ -459,6 +459,9 @@ CREATE TABLE IF NOT EXISTS import_duplicate (
 );
 
 CREATE INDEX IF NOT EXISTS import_duplicate_job_idx ON import_duplicate (job_id);
+-- Issue 25: a batch's sources (core.duplicates.batch_sources: the lines that gave values it wrote
+-- without a competition), read with the competitions so a later chunk's names the import's line.
+ALTER TABLE import_duplicate ADD COLUMN IF NOT EXISTS sources bytea;
 
 -- Seed 000: one finalization row per import; the primary key makes finalization atomic.
 CREATE TABLE IF NOT EXISTS import_batch_finalized (
@@ -526,6 +529,10 @@ CREATE TABLE IF NOT EXISTS journey_contact (
     created_at                         timestamptz NOT NULL DEFAULT now(),
     UNIQUE (journey_classification_contact_id, contact_detail_id)
 );
+
+-- Issue 25: an undo deletes channels journey links may point to; the foreign key's check (and the
+-- undo's conflict check) find the links by detail, not by scanning every journey's links.
+CREATE INDEX IF NOT EXISTS journey_contact_contact_detail_idx ON journey_contact (contact_detail_id);
 
 -- Seed 003 section 10: a firing intent released only when its import completes.
 CREATE TABLE IF NOT EXISTS firing_intent (
