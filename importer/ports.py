@@ -271,6 +271,10 @@ class JobQueue(Store, Protocol):
         """Cancel the previews that waited past their time to live; how many."""
         ...
 
+    async def fail_stale_undos(self) -> int:
+        """Fail the undos whose lease expired (their process stopped); how many."""
+        ...
+
     async def retention_due(self, cutoff: dt.datetime, limit: int) -> list[RetentionDue]:
         """Ended imports that ended before ``cutoff`` and are not purged yet, oldest first."""
         ...
@@ -752,6 +756,14 @@ class UndoStore(Protocol):
 
     async def undo_slice(self, job_id: uuid.UUID) -> bool:
         """One slice in its own transaction; False once the undo ended ``undone``."""
+        ...
+
+    async def fail_undo(self, job_id: uuid.UUID, reason: str) -> None:
+        """A step failed: the job ``failed`` with ``reason``, its lease released."""
+        ...
+
+    async def fail_stale_undos(self) -> int:
+        """Fail the undos whose lease expired (their process stopped); how many."""
         ...
 
 

@@ -71,6 +71,21 @@ async def db_dsn(template_db: str) -> AsyncIterator[str]:
     await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture
+async def pre_key_form_db(template_db: str) -> AsyncIterator[str]:
+    """A fresh migrated database without ``contact_client_key_form_key``: one migrated before
+    the index existed (or one whose legacy rows block it)."""
+    name = f"importer_t_{uuid.uuid4().hex[:10]}"
+    await _admin(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    conn = await asyncpg.connect(dsn_for(name))
+    try:
+        await conn.execute("DROP INDEX contact_client_key_form_key")
+    finally:
+        await conn.close()
+    yield dsn_for(name)
+    await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 _client_ids = itertools.count(1000)
 
 

@@ -8,8 +8,10 @@ that uses it says so once on stderr (``resolved``).
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import sys
+from collections import Counter
 from pathlib import Path
 
 import orjson
@@ -17,8 +19,10 @@ import uvloop
 
 from importer import wiring
 from importer.adapters import embedded
+from importer.adapters.postgres.check import legacy_findings
 from importer.adapters.postgres.pool import migrate, server_version
 from importer.core.errors import ConfigurationError
+from importer.core.legacy import CSV_HEADER, Finding
 from importer.core.unreachable import mask_url
 from importer.settings import Settings
 
@@ -59,6 +63,8 @@ def db_command(settings: Settings, args: argparse.Namespace) -> int:
         return _status(settings, json_out=args.json)
     if args.db_command == "stop":
         return _stop(settings)
+    if args.db_command == "check":
+        return uvloop.run(_check(settings, args.client_id, args.format))
     return _status(settings, json_out=args.json)
 
 
@@ -96,6 +102,32 @@ def _status_line(document: dict[str, object]) -> str:
     if document["state"] == "running":
         return f"{document['url']} (DATABASE_URL): running (PostgreSQL {document['version']})"
     return f"{document['url']} (DATABASE_URL): unreachable ({document['error']})"
+
+
+async def _check(settings: Settings, client_id: int | None, form: str) -> int:
+    """``importer db check``: the findings on stdout (CSV or JSON), their counts on stderr; exit
+    0 when there are none, 1 when there are."""
+    counts: Counter[str] = Counter()
+    findings = legacy_findings(settings.database_url, client_id)
+    if form == "csv":
+        out = csv.writer(sys.stdout, lineterminator="\n")
+        out.writerow(CSV_HEADER)
+        async for found in findings:
+            counts[found.kind.value] += 1
+            out.writerow(found.cells())
+    else:
+        documents = []
+        async for found in findings:
+            counts[found.kind.value] += 1
+            documents.append(found.document())
+        body = {
+            "counts": {kind.value: counts[kind.value] for kind in Finding},
+            "findings": documents,
+        }
+        sys.stdout.write(orjson.dumps(body).decode() + "\n")
+    said = ", ".join(f"{counts[kind.value]} {kind.value}" for kind in Finding)
+    print(f"db check: {said}", file=sys.stderr)
+    return 1 if counts else 0
 
 
 def _stop(settings: Settings) -> int:

@@ -89,6 +89,15 @@ def _add_db_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser
         action = actions.add_parser(name, help=text)
         action.add_argument("--json", action="store_true", help="one JSON object on stdout")
     actions.add_parser("stop", help="stop the embedded server (DATABASE_URL unset)")
+    check = actions.add_parser(
+        "check",
+        help="report what other writers left that the importer cannot use as is: legacy "
+        "duplicates, invalid keys, unnormalized channels (exit 1 when any)",
+    )
+    check.add_argument("--client-id", type=_positive, help="one client's rows only")
+    check.add_argument(
+        "--format", choices=("csv", "json"), default="csv", help="on stdout (default csv)"
+    )
 
 
 IMPORT_EPILOG = """\

@@ -15,6 +15,17 @@ had with another value.
 Cost: only keys with more than one row in the batch, or with a stored contact, are looked at;
 a key seen once and new costs a dictionary lookup. Across batches, :func:`combine` makes one row
 of a (key, field)'s competitions in batch order.
+
+A batch's *sources* (:func:`batch_sources`, issue 25) say which line gave each field a value the
+batch wrote without a competition (a new key's row, a row that filled an empty stored field):
+``(key, line, fields)``, one small tuple per key. The report reads them only for the (key, field)s
+that compete, so that a later chunk's competition names the import's own earlier line where the
+value it met came from, instead of ``stored``.
+
+Why this module is long: it is one decision — what the batch's plan left on each (key, field) and
+where that came from — taken twice over the same helpers (the fields a row gives, a rule's landing
+line, the stored value): once for what competed, once for what a line wrote unopposed, plus their
+combination across batches. Split, the halves would share those private helpers both ways.
 """
 
 from __future__ import annotations
@@ -50,6 +61,13 @@ class Competition(NamedTuple):
 # A competition as a batch finds it: a Competition's fields in a plain tuple (built several
 # times faster than the named one; orjson writes it as it is). Competition(*row) names them.
 CompetitionRow = tuple[str, str, str | None, int | None, tuple[int, ...], bool, str]
+
+# A batch's source: (key, line, the report fields that line gave the key's value in the batch).
+SourceRow = tuple[str, int, tuple[str, ...]]
+# A new key's single row: the contact is its, every field it has (a field it lacks stays
+# empty until a later line's source or competition, which comes after it).
+EVERY_FIELD: tuple[str, ...] = ()
+SOURCE_RULE = "source"  # the rule word of a source read back among competitions (never reported)
 
 
 def batch_competitions(
@@ -91,6 +109,126 @@ def batch_competitions(
         else:
             found.extend(_merged(key, by_key[key], contact, policy))
     return found
+
+
+def batch_sources(
+    rows: Sequence[ContactRow],
+    folded: Mapping[str, Folded],
+    stored: Mapping[str, StoredContact],
+    strategy: ConflictStrategy,
+    policy: MergePolicy,
+    found: Sequence[CompetitionRow],
+) -> list[SourceRow]:
+    """The lines that gave the batch's keys the values it wrote without a competition (those in
+    ``found`` name their lines): a new key's fields, and MERGE's fields a row changed on a stored
+    contact (a DISCARD leaves stored contacts as they are). Channels are not sources: only a
+    ``replace`` of a contact the import did not create competes on them."""
+    discard = strategy is ConflictStrategy.DISCARD
+    default = policy.is_default
+    competing = {(c[0], c[1]) for c in found}
+    repeated = _merged_keys(folded) if not discard else set()
+    by_key: dict[str, list[ContactRow]] = {}
+    if repeated:
+        for row in rows:
+            if row.cpf_cnpj in repeated:
+                by_key.setdefault(row.cpf_cnpj, []).append(row)
+    sources: list[SourceRow] = []
+    for key, entry in folded.items():
+        contact = stored.get(key)
+        if key in repeated:
+            sources.extend(_merged_sources(key, by_key[key], contact, policy, competing))
+            continue
+        assert isinstance(entry, ContactRow)  # a key's single row (DISCARD: its first)
+        if contact is None:  # the hot path: a new key's row wrote every field it has
+            sources.append((key, entry.line, EVERY_FIELD))
+            continue
+        if discard:
+            continue  # a DISCARD leaves a stored contact as it is
+        if default:
+            fields = _filled(entry, contact)
+        else:
+            fields = tuple(_row_sources(key, entry, contact, policy, competing))
+        if fields:
+            sources.append((key, entry.line, fields))
+    return sources
+
+
+def _filled(row: ContactRow, contact: StoredContact) -> tuple[str, ...]:
+    """The default policy's sources of a stored contact's single row: the fields it filled (a
+    different stored value competes, an equal one is no change)."""
+    fields = []
+    if row.name is not None and contact.name is None:
+        fields.append(NAME)
+    if row.street_address is not None and contact.street_address is None:
+        fields.append(STREET_ADDRESS)
+    if row.custom_fields:
+        stored = contact.custom_fields
+        for lower, name in {n.lower(): n for n, _ in row.custom_fields}.items():
+            if lower not in stored:
+                fields.append(f"custom:{name}")
+    return tuple(fields)
+
+
+def _row_sources(
+    key: str,
+    row: ContactRow,
+    contact: StoredContact | None,
+    policy: MergePolicy,
+    competing: set[tuple[str, str]],
+) -> Iterator[str]:
+    """MERGE: the fields a key's single row changed on its stored contact."""
+    values: list[tuple[str, str, str | None, Rule]] = []
+    if row.name is not None:
+        values.append((NAME, NAME, row.name, policy.name))
+    if row.street_address is not None:
+        values.append((STREET_ADDRESS, STREET_ADDRESS, row.street_address, policy.street_address))
+    for lower, (name, value) in {n.lower(): (n, v) for n, v in row.custom_fields}.items():
+        values.append((f"custom:{name}", lower, value, policy.custom_rule(lower)))
+    for field, target, written, rule in values:
+        if (key, field) not in competing and _lands(contact, target, written, rule):
+            yield field
+
+
+def _merged_sources(
+    key: str,
+    rows: Sequence[ContactRow],
+    contact: StoredContact | None,
+    policy: MergePolicy,
+    competing: set[tuple[str, str]],
+) -> Iterator[SourceRow]:
+    """MERGE, a key's rows: each field's landing line (first or last non-empty, by its rule),
+    one source per line."""
+    by_line: dict[int, list[str]] = {}
+    for field, target, values in _sources(rows):
+        rule = _field_rule(policy, target)
+        line, value = values[0] if rule is Rule.FIRST_NON_EMPTY else values[-1]
+        if (key, field) not in competing and _lands(contact, target, value, rule):
+            by_line.setdefault(line, []).append(field)
+    for line, fields in sorted(by_line.items()):
+        yield (key, line, tuple(fields))
+
+
+def _field_rule(policy: MergePolicy, target: str) -> Rule:
+    if target == NAME:
+        return policy.name
+    if target == STREET_ADDRESS:
+        return policy.street_address
+    return policy.custom_rule(target)
+
+
+def _lands(contact: StoredContact | None, target: str, value: str | None, rule: Rule) -> bool:
+    """Whether a row's ``value`` becomes the field's value (MERGE; a stored contact's equal value
+    is no change)."""
+    if contact is None:
+        return True
+    stored = _stored_value(contact, target)
+    if stored == value:
+        return False
+    if rule is Rule.LAST_NON_EMPTY:
+        return True
+    mark = target if target in (NAME, STREET_ADDRESS) else rules.custom_target(target)
+    lands, _ = rules.decide(rule, stored is None, contact.own, mark in contact.marks)
+    return lands
 
 
 def _over_stored(
@@ -352,7 +490,11 @@ def combine(competitions: Iterable[Competition]) -> Competition:
     loser_stored = False
     winner_line: int | None = None
     last: Competition | None = None
+    sourced = False  # a source came after the last competition: the value changed since
     for competition in competitions:
+        if competition.rule == SOURCE_RULE:  # a line gave the value, without a competition
+            winner_line, sourced = competition.winner_line, True
+            continue
         losing.update(competition.losing_lines)
         if competition.loser_stored:
             if winner_line is None:
@@ -361,9 +503,9 @@ def combine(competitions: Iterable[Competition]) -> Competition:
                 losing.add(winner_line)
         if competition.winner_line is not None:
             winner_line = competition.winner_line
-        elif last is not None and last.winner_value != competition.winner_value:
+        elif last is not None and not sourced and last.winner_value != competition.winner_value:
             winner_line = None  # cannot happen by the argument above; never guess a line
-        last = competition
+        last, sourced = competition, False
     assert last is not None, "combine needs at least one competition"
     if winner_line is not None:
         losing.discard(winner_line)
@@ -379,15 +521,15 @@ def combine(competitions: Iterable[Competition]) -> Competition:
 
 
 def combined(competitions: Iterable[Competition]) -> Iterator[Competition]:
-    """Report rows from competitions ordered by (key, field) then batch: one per (key, field)."""
+    """Report rows from competitions (and sources) ordered by (key, field) then batch: one per
+    (key, field) that competed."""
     group: list[Competition] = []
     for competition in competitions:
         if group and (group[0].key, group[0].field) != (competition.key, competition.field):
-            yield combine(group)
+            yield from _reported(group)
             group = []
         group.append(competition)
-    if group:
-        yield combine(group)
+    yield from _reported(group)
 
 
 async def combined_stream(competitions: AsyncIterable[Competition]) -> AsyncIterator[Competition]:
@@ -395,11 +537,28 @@ async def combined_stream(competitions: AsyncIterable[Competition]) -> AsyncIter
     group: list[Competition] = []
     async for competition in competitions:
         if group and (group[0].key, group[0].field) != (competition.key, competition.field):
-            yield combine(group)
+            for row in _reported(group):
+                yield row
             group = []
         group.append(competition)
-    if group:
+    for row in _reported(group):
+        yield row
+
+
+def _reported(group: Sequence[Competition]) -> Iterator[Competition]:
+    """A (key, field)'s report row, if one of its entries is a competition (not a source)."""
+    if any(c.rule != SOURCE_RULE for c in group):
         yield combine(group)
+
+
+def source_competitions(
+    sources: Iterable[SourceRow], competing: Mapping[str, Iterable[str]]
+) -> Iterator[Competition]:
+    """Sources as the entries :func:`combine` reads among competitions: one per field of theirs
+    that competes (``competing``: key → the fields its competitions name; EVERY_FIELD: all)."""
+    for key, line, fields in sources:
+        for field in fields or competing.get(key, ()):
+            yield Competition(key, field, None, line, (), False, SOURCE_RULE)
 
 
 # --- the report's cells -----------------------------------------------------------------------

@@ -62,6 +62,10 @@ class ConfigurationError(ImporterError):
     """The configuration is invalid."""
 
 
+class MigrationBlockedError(ConfigurationError):
+    """The database holds data the importer's schema cannot be applied over."""
+
+
 class LayoutError(RefusedError):
     """The import layout is invalid.
 
@@ -146,6 +150,21 @@ class UndoConflictError(ConflictError):
     def __init__(self, message: str, conflicts: list[tuple[int, list[str]]]) -> None:
         super().__init__(message)
         self.conflicts = conflicts  # (contact id, the imports whose journals name it), ≤ 100
+
+
+class JourneyStartedError(ConflictError):
+    """The import's journey classification has started (ACTIVE, DONE or EXPIRED): the journey
+    processed its contacts, so the undo leaves the import and its links as they are."""
+
+    code = "journey_started"
+
+
+class UndoFailedError(ImporterError):
+    """A step of the undo failed: the import is ``failed`` with the reason; undo it again once
+    the cause is gone (it resumes where it stopped)."""
+
+    http_status = 409
+    code = "undo_failed"
 
 
 class RetentionExpiredError(ImporterError):

@@ -13,6 +13,7 @@ from importer.core.errors import (
     ImportAlreadyAppliedError,
     ImporterError,
     JobNotReadyError,
+    JourneyStartedError,
     NotAPreviewError,
     RetentionExpiredError,
 )
@@ -467,3 +468,31 @@ def undo_action(
     if data_removed:
         raise IllegalTransitionError("the import's data was removed: there is nothing to undo")
     return UndoAction.RUN
+
+
+# Seed 003 §9's classification statuses in which the journey has taken up the import's contacts
+# (ACTIVE: processing them; DONE, EXPIRED: it ran): its links are the journey's, not the import's.
+JOURNEY_STARTED = frozenset({"ACTIVE", "DONE", "EXPIRED"})
+JOURNEY_CANCELED = "CANCELED"  # what an undo leaves of the classification of its import
+
+
+def journey_refusal(classification_id: int, status: str) -> JourneyStartedError | None:
+    """Why an undo leaves an import alone whose journey classification is ``status`` (None: it
+    may go on — AWAITING_IMPORT, PAUSED or CANCELED — and cancels the classification)."""
+    if status not in JOURNEY_STARTED:
+        return None
+    return JourneyStartedError(
+        f"journey classification {classification_id} is {status}: the journey has taken up the"
+        " import's contacts, so the undo leaves the import and its journey links as they are;"
+        " pause or cancel the classification in the journey first"
+    )
+
+
+# The prefix of the fail_reason of a job whose undo failed (the owner undoes it again).
+UNDO_FAILED = "undo_failed"
+UNDO_REASON_CHARS = 500  # a failed undo's reason, kept whole up to this length
+
+
+def undo_failure_reason(cause: str) -> str:
+    """The fail_reason of a job whose undo step failed with ``cause``."""
+    return f"{UNDO_FAILED}: {cause}"[:UNDO_REASON_CHARS]

@@ -125,6 +125,7 @@ class Reason(enum.StrEnum):
     UNREADABLE_WORKBOOK = "unreadable_workbook"  # XLSX: corrupt, truncated or password-protected
     INTERNAL_ERROR = "internal_error"
     TOO_MANY_INVALID_ROWS = "too_many_invalid_rows"  # the file's invalid rows exceed max_invalid
+    ALL_BATCHES_FAILED = "all_batches_failed"  # no batch wrote a row: every one failed
 
 
 class Severity(enum.StrEnum):

@@ -241,6 +241,8 @@ class InMemoryStore:
         self.groups: dict[uuid.UUID, keys.KeyGroups] = {}  # a channel key's (kept per job)
         # The duplicate report's competitions: ((chunk_no, batch's first line), competition).
         self.competitions: dict[uuid.UUID, list[tuple[tuple[int, int], Competition]]] = {}
+        # Its sources (duplicates.batch_sources), in the same order.
+        self.sources: dict[uuid.UUID, list[tuple[tuple[int, int], duplicates.SourceRow]]] = {}
 
     async def create_job(self, new_job: NewJob, status: JobStatus) -> Job:
         job = Job(
@@ -416,8 +418,10 @@ class InMemoryStore:
             if state is not None:
                 stored[key] = _stored_with_trace(state, trace, at)
         found = duplicates.batch_competitions(rows, folded, stored, job.strategy, policy)
+        sources = duplicates.batch_sources(rows, folded, stored, job.strategy, policy, found)
         order = (batch.chunk_no, batch.rows[0].line)
         self.competitions.setdefault(job.id, []).extend((order, Competition(*c)) for c in found)
+        self.sources.setdefault(job.id, []).extend((order, s) for s in sources)
 
     async def discard_batch(
         self,
@@ -479,9 +483,17 @@ class InMemoryStore:
             yield issue
 
     async def duplicates(self, job_id: uuid.UUID) -> AsyncIterator[Competition]:
-        found = sorted(
-            self.competitions.get(job_id, ()), key=lambda oc: (oc[1].key, oc[1].field, oc[0])
-        )
+        competitions = self.competitions.get(job_id, [])
+        competing: dict[str, set[str]] = {}
+        for _, c in competitions:
+            competing.setdefault(c.key, set()).add(c.field)
+        entries = [  # a batch's sources before its competitions, as the database orders them
+            (order, c)
+            for order, source in self.sources.get(job_id, ())
+            for c in duplicates.source_competitions([source], competing)
+        ]
+        entries += competitions
+        found = sorted(entries, key=lambda oc: (oc[1].key, oc[1].field, oc[0]))
         for competition in duplicates.combined(c for _, c in found):
             yield competition
 

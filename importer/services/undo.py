@@ -3,8 +3,11 @@
 Under the client's import turn (no import of the client runs meanwhile): the decision and the
 conflict check on the locked job (``UndoStore.begin_undo``: another writer changed what the
 undo would restore → UndoConflictError, nothing undone), then slice after slice, each in its own
-transaction, until the job is ``undone``. A stopped or crashed undo is left ``undoing`` with the
-rest of its journal: undoing it again resumes there.
+transaction, until the job is ``undone``. The undo holds the job's lease: a stopped undo is
+left ``undoing`` with the rest of its journal, and undoing it again resumes there; one whose
+process died is failed by the workers' sweep once its lease expires (issue 25). A step that
+fails (a constraint the platform added, a deadlock) ends the job ``failed`` with the reason
+(``undo_failed: …``, UndoFailedError): the owner undoes it again once the cause is gone.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 import structlog
 
 from importer.core import lifecycle
-from importer.core.errors import ImporterError
+from importer.core.errors import ImporterError, LeaseLostError, StoreError, UndoFailedError
 from importer.ports import Store, UndoStore
 
 log = structlog.get_logger(__name__)
@@ -46,8 +49,23 @@ async def undo_import(
         start = await undo.begin_undo(client_id, job_id)
         slices = 0
         if start.action is lifecycle.UndoAction.RUN:
-            while await undo.undo_slice(job_id):
-                slices += 1
+            slices = await _run_slices(undo, job_id)
     seconds = round(time.perf_counter() - started, 3)
     log.info("import_undone", job_id=str(job_id), client_id=client, slices=slices, s=seconds)
     return UndoOutcome(job_id, slices, seconds)
+
+
+async def _run_slices(undo: UndoStore, job_id: uuid.UUID) -> int:
+    """The undo's slices to its end; a failed one fails the job with its reason."""
+    slices = 0
+    try:
+        while await undo.undo_slice(job_id):
+            slices += 1
+    except LeaseLostError:
+        raise  # another undo owns it now, or the sweep failed it: write nothing more
+    except StoreError as exc:
+        reason = lifecycle.undo_failure_reason(str(exc))
+        await undo.fail_undo(job_id, reason)
+        log.exception("undo_failed", job_id=str(job_id), slices=slices, reason=reason)
+        raise UndoFailedError(f"import {job_id}: {reason}") from exc
+    return slices

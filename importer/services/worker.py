@@ -151,12 +151,13 @@ class Worker:
 
     async def _expire_previews(self) -> None:
         """At most once every ``preview_expiry_every_s`` (a minute): cancel the previews nobody
-        applied in time."""
+        applied in time, and fail the undos whose process stopped (their lease expired)."""
         now = time.monotonic()
         if now < self._next_expiry:
             return
         self._next_expiry = now + self._expiry_every_s
         await self._store.expire_previews()
+        await self._store.fail_stale_undos()
 
     async def sweep_retention(self, *, force: bool = False) -> None:
         """At most once every ``retention_every_s`` (an hour): the retention sweep

@@ -17,6 +17,24 @@ CREATE UNIQUE INDEX IF NOT EXISTS idx_contact_client_cpf_cnpj_unique
     ON contact (client_id, cpf_cnpj)
     WHERE cpf_cnpj IS NOT NULL AND deleted_at IS NULL;
 
+-- A stored CPF/CNPJ's normal form, whoever wrote it (seed 003 §8 layer 3 compares
+-- regexp_replace(cpf_cnpj, '\D', '', 'g'): other writers store '529.982.247-25', ' 52998224725',
+-- lower-case alphanumeric CNPJs, keys whose leading zeros a spreadsheet dropped). The SQL twin of
+-- core.normalize's form (without the check digits: a stored key is found whether or not it is
+-- valid): '.', '-', '/' and whitespace dropped, ASCII letters upper-cased, an all-digit key of
+-- fewer than 11 digits padded to 11, of 12 or 13 to 14. The importer finds stored contacts by it
+-- (contact_client_key_form_key, built by `importer db migrate` outside this transaction).
+CREATE OR REPLACE FUNCTION importer_key_form(key text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN k !~ '^[0-9]+$' THEN k
+        WHEN length(k) < 11 THEN lpad(k, 11, '0')
+        WHEN length(k) IN (12, 13) THEN lpad(k, 14, '0')
+        ELSE k
+    END
+    FROM (SELECT upper(regexp_replace(key COLLATE "C", '[-./[:space:]]', '', 'g')) AS k) AS s
+$$;
+
 CREATE TABLE IF NOT EXISTS contact_details (
     id            bigserial PRIMARY KEY,
     contact_id    bigint NOT NULL REFERENCES contact (id),
@@ -441,6 +459,9 @@ CREATE TABLE IF NOT EXISTS import_duplicate (
 );
 
 CREATE INDEX IF NOT EXISTS import_duplicate_job_idx ON import_duplicate (job_id);
+-- Issue 25: a batch's sources (core.duplicates.batch_sources: the lines that gave values it wrote
+-- without a competition), read with the competitions so a later chunk's names the import's line.
+ALTER TABLE import_duplicate ADD COLUMN IF NOT EXISTS sources bytea;
 
 -- Seed 000: one finalization row per import; the primary key makes finalization atomic.
 CREATE TABLE IF NOT EXISTS import_batch_finalized (
@@ -508,6 +529,10 @@ CREATE TABLE IF NOT EXISTS journey_contact (
     created_at                         timestamptz NOT NULL DEFAULT now(),
     UNIQUE (journey_classification_contact_id, contact_detail_id)
 );
+
+-- Issue 25: an undo deletes channels journey links may point to; the foreign key's check (and the
+-- undo's conflict check) find the links by detail, not by scanning every journey's links.
+CREATE INDEX IF NOT EXISTS journey_contact_contact_detail_idx ON journey_contact (contact_detail_id);
 
 -- Seed 003 section 10: a firing intent released only when its import completes.
 CREATE TABLE IF NOT EXISTS firing_intent (

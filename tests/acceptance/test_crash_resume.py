@@ -223,7 +223,14 @@ async def _assert_triggers_released_once(dsn: str, job_id: uuid.UUID) -> None:
     if not journey:  # a job made without triggers (other tests reuse these helpers)
         return
     assert [r["status"] for r in journey] == ["ACTIVE"]
-    assert journey[0]["contact_amount"] > 0
+    linked = await fetch(  # contact_amount: the classification's distinct contacts (issue 25)
+        dsn,
+        "SELECT count(DISTINCT l.contact_id) AS n FROM journey_contact l"
+        " JOIN journey_classification_contact c ON c.id = l.journey_classification_contact_id"
+        " WHERE c.import_job_id = $1",
+        job_id,
+    )
+    assert journey[0]["contact_amount"] == linked[0]["n"]
     released = await fetch(
         dsn,
         "SELECT o.topic, count(*) AS n FROM outbox o JOIN firing_intent i"

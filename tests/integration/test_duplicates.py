@@ -55,10 +55,11 @@ async def test_repeats_across_chunks_combine_into_one_row(db_dsn: str, tmp_path:
     outcome = await import_file(db_dsn, path, client, chunk_size=2, concurrency=2)
     rows = await report(db_dsn, outcome.job_id)
     assert rows == [
-        # chunk 0 wrote "Ana" (line 2: a key once and new costs nothing, so it reads as stored)
-        Competition(A, "custom:plano", "platinum", 7, (6,), True, "last_non_empty"),
-        Competition(A, "name", "Ana Maria", 7, (6,), True, "last_non_empty"),  # 4 had it too
-        Competition(C, "name", "Carla", 5, (), True, "last_non_empty"),
+        # chunk 0 wrote "Ana" and "gold" (line 2, the key once and new): a later chunk's
+        # competition with them names line 2, the import's own line, not `stored` (issue 25)
+        Competition(A, "custom:plano", "platinum", 7, (2, 6), False, "last_non_empty"),
+        Competition(A, "name", "Ana Maria", 7, (2, 6), False, "last_non_empty"),  # 4 had it too
+        Competition(C, "name", "Carla", 5, (), True, "last_non_empty"),  # stored before
     ]
     state = await db_state(db_dsn, client)
     for row in rows:  # the winners are the contacts' final values
@@ -121,6 +122,37 @@ async def test_off_computes_nothing_and_remove_data_clears_it(db_dsn: str, tmp_p
     finally:
         await pool.close()
     assert await stored_rows(db_dsn, on.job_id) == 0
+
+
+async def test_an_earlier_chunks_line_is_named_not_stored(db_dsn: str, tmp_path: Path) -> None:
+    """Issue 25 §4: the competing value came from an earlier chunk of the same import — a new
+    key's row, a row that filled a stored contact's empty field, DISCARD's first row: the report
+    names that line; a value stored before the import stays `stored`."""
+    client = 68
+    pre = write_csv(tmp_path / "pre.csv", HEADER, [["", B, "", "p0"]])
+    await import_file(db_dsn, pre, client)
+    await import_file(db_dsn, pre, client + 1)
+    rows = [
+        ["Ana", A, "", ""],  # 2: new
+        ["Bia", B, "", ""],  # 3: fills B's empty name
+        ["Ana B", A, "", ""],  # 4: a later chunk
+        ["Bia B", B, "", "p9"],  # 5: a later chunk; p0 was stored before
+    ]
+    path = write_csv(tmp_path / "r.csv", HEADER, rows)
+    merged = await import_file(db_dsn, path, client, chunk_size=2, concurrency=1)
+    assert await report(db_dsn, merged.job_id) == [
+        Competition(A, "name", "Ana B", 4, (2,), False, "last_non_empty"),
+        Competition(B, "custom:plano", "p9", 5, (), True, "last_non_empty"),
+        Competition(B, "name", "Bia B", 5, (3,), False, "last_non_empty"),
+    ]
+    discarded = await import_file(
+        db_dsn, path, client + 1, ConflictStrategy.DISCARD, chunk_size=2, concurrency=1
+    )
+    assert await report(db_dsn, discarded.job_id) == [
+        Competition(A, "name", "Ana", 2, (4,), False, "discard"),  # A's first row won
+        Competition(B, "custom:plano", "p0", None, (5,), False, "discard"),  # stored before
+        Competition(B, "name", None, None, (3, 5), False, "discard"),  # the stored contact's
+    ]
 
 
 async def test_values_survive_the_json_round_trip(db_dsn: str, tmp_path: Path) -> None:

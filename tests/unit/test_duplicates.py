@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 from importer.core import merge
 from importer.core.duplicates import (
+    SOURCE_RULE,
     Competition,
     batch_competitions,
+    batch_sources,
     combine,
     combined,
     losing_cell,
@@ -223,6 +225,51 @@ def test_combine_names_an_earlier_batchs_line_for_a_later_stored() -> None:
     assert list(combined([first, later, other])) == [
         Competition("k", "name", "Caio", 9, (2, 3, 8), True, "last_non_empty"),
         other,
+    ]
+
+
+def _sources(
+    rows: list[ContactRow],
+    stored: dict[str, merge.StoredContact] | None = None,
+    strategy: ConflictStrategy = ConflictStrategy.MERGE,
+    policy: MergePolicy = DEFAULT_POLICY,
+) -> list[tuple[str, int, tuple[str, ...]]]:
+    folded = merge.fold_rows(rows, strategy, policy)
+    found = batch_competitions(rows, folded, stored or {}, strategy, policy)
+    return sorted(batch_sources(rows, folded, stored or {}, strategy, policy, found))
+
+
+def test_sources_are_the_lines_that_wrote_without_a_competition() -> None:
+    """Issue 25 §4: a new key's row; the fields a row changed on a stored contact (an equal
+    value is no change, a competing one names its line already); DISCARD writes new keys only;
+    a key's repeated rows give each field its rule's line."""
+    new = ContactRow(2, "n", "Ana", None, (), (("Plano", "p1"),))
+    assert _sources([new]) == [("n", 2, ())]  # a new key's row: every field it has
+    stored = {"s": merge.StoredContact(9, None, "Rua", frozenset(), {"plano": "p1"})}
+    fills = ContactRow(3, "s", "Bia", "Rua", (), (("plano", "p1"),))
+    assert _sources([fills], stored) == [("s", 3, ("name",))]
+    assert _sources([new, fills], stored, ConflictStrategy.DISCARD) == [("n", 2, ())]
+    again = ContactRow(4, "n", None, None, (), (("Plano", "p2"),))
+    assert _sources([new, again]) == [("n", 2, ("name",))]  # plano competes: 4 won over 2
+    first = parse_policy({"name": "first_non_empty"})
+    later = ContactRow(5, "n", "Ana", None, ())
+    assert _sources([new, later], policy=first) == [("n", 2, ("name", "custom:Plano"))]
+    assert _sources([new, later]) == [("n", 2, ("custom:Plano",)), ("n", 5, ("name",))]
+
+
+def test_combine_names_an_earlier_batchs_source_not_stored() -> None:
+    source = Competition("k", "name", None, 2, (), False, SOURCE_RULE)
+    lost = Competition("k", "name", "Bia", 5, (), True, "last_non_empty")
+    kept = Competition("k", "name", "Ana", None, (5,), False, "keep_existing")
+    assert combine([source, lost]) == Competition(
+        "k", "name", "Bia", 5, (2,), False, "last_non_empty"
+    )
+    assert combine([source, kept]) == Competition(
+        "k", "name", "Ana", 2, (5,), False, "keep_existing"
+    )
+    other = Competition("k", "street_address", None, 3, (), False, SOURCE_RULE)
+    assert list(combined([source, lost, other])) == [  # a source alone is no report row
+        Competition("k", "name", "Bia", 5, (2,), False, "last_non_empty")
     ]
 
 

@@ -302,8 +302,9 @@ class PostgresBatches:
         await self._write_plan(conn, job, plan, batch.key, stored.values())
         if job.duplicates_report:  # the rows the fold took (a channel key's, unified)
             found = duplicates.batch_competitions(rows, folded, stored, job.strategy, rules)
-            if found:
-                await write_duplicates(conn, job.id, batch, found)
+            sources = duplicates.batch_sources(rows, folded, stored, job.strategy, rules, found)
+            if found or sources:
+                await write_duplicates(conn, job.id, batch, found, sources)
         return plan.new_keys, refused
 
     async def key_groups(self, job: Job) -> keys.KeyGroups:

@@ -12,19 +12,24 @@ import orjson
 
 from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.core import duplicates
-from importer.core.duplicates import Competition, CompetitionRow
+from importer.core.duplicates import Competition, CompetitionRow, SourceRow
 from importer.core.models import Batch
 from importer.sql import queries
 
 
 async def write_duplicates(
-    conn: Conn, job_id: uuid.UUID, batch: Batch, found: Sequence[CompetitionRow]
+    conn: Conn,
+    job_id: uuid.UUID,
+    batch: Batch,
+    found: Sequence[CompetitionRow],
+    sources: Sequence[SourceRow] = (),
 ) -> None:
-    """One row for the batch's competitions, ordered for the report by (chunk, the batch's
-    first line: a piece of a split batch has its own)."""
+    """One row for the batch's competitions and sources, ordered for the report by (chunk, the
+    batch's first line: a piece of a split batch has its own)."""
     document = orjson.dumps(found)  # bytes: the server stores them unparsed
+    lines = orjson.dumps(sources) if sources else None
     await conn.execute(
-        queries()["insert_duplicates"], job_id, batch.chunk_no, batch.rows[0].line, document
+        queries()["insert_duplicates"], job_id, batch.chunk_no, batch.rows[0].line, document, lines
     )
 
 

@@ -19,10 +19,11 @@ from importer.core.config import DEFAULT_LOCK_TIMEOUT_MS
 from importer.core.errors import (
     ContentRefusedError,
     DatabaseUnreachableError,
+    MigrationBlockedError,
     StoreError,
     TransientStoreError,
 )
-from importer.sql import schema
+from importer.sql import queries, schema
 
 # A pool's connection proxy or a plain connection.
 Conn = asyncpg.Connection | PoolConnectionProxy
@@ -170,17 +171,53 @@ async def _keep_session(conn: Conn) -> None:
 
 
 async def migrate(dsn: str) -> None:
-    """Apply ``schema.sql`` (idempotent), serialized by an advisory lock."""
+    """Apply ``schema.sql`` (idempotent) in one transaction, then build the indexes that must be
+    built concurrently (``queries/migrations.sql``), serialized by an advisory lock."""
     with translated_errors():
         with unreachable(dsn):
             conn = await asyncpg.connect(dsn)
         try:
             await conn.execute("SET client_min_messages = warning")
+            await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK)
             async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
                 await conn.execute(schema())
+            await _key_form_index(conn)
         finally:
             await conn.close()
+
+
+_DUPLICATES_SHOWN = 3
+
+
+async def _key_form_index(conn: Conn) -> None:
+    """Build ``contact_client_key_form_key`` (concurrently: other writers go on), after dropping
+    an invalid one an interrupted build left; legacy duplicates stop the migration, named."""
+    sql = queries()
+    valid = await conn.fetchval(sql["index_state"], "contact_client_key_form_key")
+    if valid is True:
+        return
+    if valid is False:
+        await conn.execute(sql["drop_contact_key_form_index"])
+    try:
+        await conn.execute(sql["create_contact_key_form_index"])
+    except asyncpg.exceptions.UniqueViolationError:
+        await conn.execute(sql["drop_contact_key_form_index"])
+        found = await conn.fetch(sql["key_form_duplicates"], _DUPLICATES_SHOWN)
+        raise MigrationBlockedError(_duplicates_message(found)) from None
+
+
+def _duplicates_message(found: list[asyncpg.Record]) -> str:
+    shown = "; ".join(
+        f"client {r['client_id']}: contacts {list(r['contact_ids'])} with keys "
+        f"{list(r['stored_keys'])}"
+        for r in found
+    )
+    return (
+        "the table contact holds live contacts of one client whose CPF/CNPJ are the same once "
+        f"normalized ({shown}), so the importer cannot tell which one a row means: list them all "
+        "with `importer db check`, merge or soft-delete the duplicates (see docs/OPERATIONS.md, "
+        "legacy duplicates), then run `importer db migrate` again; nothing else was changed"
+    )
 
 
 async def wait_cleared(event: asyncio.Event, timeout_s: float) -> None:

@@ -12,7 +12,7 @@ import uuid
 
 import asyncpg
 
-from importer.adapters.postgres import jobs, retention
+from importer.adapters.postgres import jobs, retention, undo
 from importer.adapters.postgres.jobs import admin_locked, refuse_requeue
 from importer.adapters.postgres.pool import Listener, pooled, translated_errors, wait_cleared
 from importer.adapters.postgres.records import job_from_row
@@ -89,6 +89,9 @@ class PostgresJobQueue(PostgresStore):
 
     async def expire_previews(self) -> int:
         return await jobs.expire_previews(self._pool)
+
+    async def fail_stale_undos(self) -> int:
+        return await undo.fail_stale_undos(self._pool)
 
     async def retention_due(self, cutoff: dt.datetime, limit: int) -> list[RetentionDue]:
         return await retention.retention_due(self._pool, cutoff, limit)

@@ -1,7 +1,9 @@
 """An import's undo on PostgreSQL (issue 15): the decision on the locked job row, the conflict
-check, then one bounded slice per transaction from the journal (``queries/undo.sql``): a
-batch's journal row, newest batch first, then the merge marks; each slice consumes the journal
-rows it restores — what is left is the undo's ledger.
+check, then one bounded slice per transaction from the journal (``queries/undo.sql``): the
+journey links the import made (issue 25), a batch's journal row, newest batch first, then the
+merge marks; each slice consumes the journal rows it restores — what is left is the undo's
+ledger. The undo holds the job's lease while it runs (each slice renews it); a failed step
+fails the job with its reason (:meth:`PostgresUndo.fail_undo`).
 """
 
 from __future__ import annotations
@@ -9,29 +11,45 @@ from __future__ import annotations
 import uuid
 
 import asyncpg
+import structlog
 
 from importer.adapters.postgres.columns import forget_on
-from importer.adapters.postgres.pool import pooled, translated_errors
+from importer.adapters.postgres.pool import Conn, pooled, translated_errors
 from importer.adapters.postgres.webhooks import enqueue_webhook
 from importer.core import failpoints, lifecycle
 from importer.core.config import DEFAULT_RETENTION_DAYS
-from importer.core.errors import JobNotFoundError, UndoConflictError
+from importer.core.errors import JobNotFoundError, LeaseLostError, UndoConflictError
 from importer.core.models import JobStatus
 from importer.sql import queries
 
-SLICE_ROWS = 5000  # merge marks a slice restores (the journal: one batch's row per slice)
+SLICE_ROWS = 5000  # merge marks or journey links a slice takes (the journal: one batch's row)
 CONFLICTS_SHOWN = 100
+UNDO_LEASE_S = 60.0  # an undo's lease: each slice (bounded, well under it) renews it
+STALE_UNDOS = 100  # undos with an expired lease a sweep fails at most
+STALE_REASON = "undo_failed: interrupted (its process stopped: its lease expired)"
+
+log = structlog.get_logger(__name__)
 
 
 class PostgresUndo:
     """The :class:`importer.ports.UndoStore` on PostgreSQL."""
 
-    def __init__(self, pool: asyncpg.Pool, *, retention_days: int = DEFAULT_RETENTION_DAYS) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        retention_days: int = DEFAULT_RETENTION_DAYS,
+        lease_s: float = UNDO_LEASE_S,
+    ) -> None:
         self._pool = pool
         self._q = queries()
         self._retention_days = retention_days
-        # The journal's parts, in the order their slices run (query, takes the slice's size).
+        self._lease_s = lease_s
+        self._owner = f"undo:{uuid.uuid4()}"  # this undoer's lease
+        # The journal's parts, in the order their slices run (query, takes the slice's size):
+        # the journey links first, then the channels they point to can go.
         self._steps = (
+            (self._q["undo_journey_links"], True),
             (self._q["undo_batch"], False),  # one batch's row, the newest left
             (self._q["undo_replaced"], True),
         )
@@ -67,22 +85,48 @@ class PostgresUndo:
                 if action is lifecycle.UndoAction.NOTHING:
                     return start
                 if status is not JobStatus.UNDOING:
-                    found = await conn.fetch(
-                        self._q["undo_conflicts"], job_id, row["finished_at"], CONFLICTS_SHOWN
-                    )
-                    if found:
-                        raise _conflict(job_id, found)
+                    await self._check(conn, job_id, row["finished_at"])
                 moved = await conn.fetchval(
-                    self._q["begin_undo"], job_id, lifecycle.values(lifecycle.UNDO_SOURCES)
+                    self._q["begin_undo"],
+                    job_id,
+                    lifecycle.values(lifecycle.UNDO_SOURCES),
+                    self._owner,
+                    self._lease_s,
                 )
                 assert moved is not None  # the locked row was in an undo's source status
+                await conn.execute(self._q["cancel_undo_journey"], job_id)
         return start
+
+    async def _check(self, conn: Conn, job_id: uuid.UUID, ended: object) -> None:
+        """Refuse an undo its journey or another writer forbids (nothing undone yet)."""
+        journey = await conn.fetchrow(self._q["lock_undo_journey"], job_id)
+        if journey is not None:
+            refusal = lifecycle.journey_refusal(journey["id"], journey["status"])
+            if refusal is not None:
+                raise refusal
+        found = await conn.fetch(self._q["undo_conflicts"], job_id, ended, CONFLICTS_SHOWN)
+        if found:
+            raise _conflict(job_id, found)
+
+    async def fail_undo(self, job_id: uuid.UUID, reason: str) -> None:
+        """The undo's step failed: the job ends ``failed`` with ``reason``, its lease released
+        (undoing it again resumes from the rest of its journal)."""
+        with translated_errors():
+            await self._pool.fetchval(self._q["fail_undo"], job_id, reason)
+
+    async def fail_stale_undos(self) -> int:
+        return await fail_stale_undos(self._pool)
 
     async def undo_slice(self, job_id: uuid.UUID) -> bool:
         """One slice in its own transaction: True while journal rows were left to restore;
         False once the last step (custom fields, undone, its notification) committed."""
         with translated_errors():
             async with pooled(self._pool) as conn, conn.transaction():
+                renewed = await conn.fetchval(
+                    self._q["renew_undo"], job_id, self._owner, self._lease_s
+                )
+                if renewed is None:
+                    raise LeaseLostError(f"import {job_id}: its undo's lease was lost")
                 for query, sized in self._steps:
                     args = (job_id, SLICE_ROWS) if sized else (job_id,)
                     row = await conn.fetchrow(query, *args)
@@ -100,6 +144,16 @@ class PostgresUndo:
                     return False
         await _reach(failpoints.UNDO_AFTER_SLICE)
         return True
+
+
+async def fail_stale_undos(pool: asyncpg.Pool) -> int:
+    """Fail the undos whose process stopped (an expired lease): no job rests in ``undoing``
+    without a live lease; the owner undoes them again. How many."""
+    with translated_errors():
+        rows = await pool.fetch(queries()["fail_stale_undos"], STALE_REASON, STALE_UNDOS)
+    if rows:
+        log.warning("stale_undos_failed", count=len(rows), reason=STALE_REASON)
+    return len(rows)
 
 
 async def _reach(point: str) -> None:

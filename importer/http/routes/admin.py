@@ -65,8 +65,12 @@ async def requeue_import(
         "(its finalization row and an `import_undone` notification record it), and may be "
         "requeued. 409 undo_conflict (with the first 100 contacts and the imports that changed "
         "them since; none: another writer) when something it would restore changed since: "
-        "undo the later imports first, newest first. An undo that stopped half-way (`undoing`) "
-        "resumes when asked again; a repeat of a finished one changes nothing."
+        "undo the later imports first, newest first. An import that fed a journey loses the "
+        "links it made and its classification ends CANCELED; 409 journey_started when the "
+        "classification is ACTIVE, DONE or EXPIRED (nothing undone: pause it first). A step "
+        "that fails ends the job `failed` (`undo_failed: …`, 409 undo_failed); asked again, "
+        "the undo resumes where it stopped, as one that stopped half-way (`undoing`) does; "
+        "a repeat of a finished one changes nothing."
     ),
     responses={200: {"model": doc.UndoneBody}, **doc.error_responses(404, 409)},
 )

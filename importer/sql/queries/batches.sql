@@ -122,10 +122,10 @@ ORDER BY chunk_no DESC
 LIMIT 1;
 
 -- name: insert_duplicates
--- A batch's competitions ($4: a JSON array's UTF-8 bytes, core.duplicates), in its own
--- transaction.
-INSERT INTO import_duplicate (job_id, chunk_no, batch_line, competitions)
-VALUES ($1, $2, $3, $4);
+-- A batch's competitions ($4: a JSON array's UTF-8 bytes, core.duplicates) and sources ($5: the
+-- same, or NULL: none), in its own transaction.
+INSERT INTO import_duplicate (job_id, chunk_no, batch_line, competitions, sources)
+VALUES ($1, $2, $3, $4, $5);
 
 -- name: open_error_tally
 -- The error report's cap (import_error_tally): the job's tally, made by its first batch with

@@ -10,13 +10,16 @@
 -- it) or an update to the file's own values, so the result is that of some serial order per
 -- key.
 -- One index probe per key, whatever the statistics say: the LIMIT inside LATERAL rules out a
--- plan that scans the client's whole index and filters the keys.
+-- plan that scans the client's whole index and filters the keys. A key is matched by its stored
+-- contact's normal form (importer_key_form: another writer's '529.982.247-25' is the file's
+-- 52998224725) and answered as the batch's key; the stored spelling is left as it is.
 SELECT c.id, c.cpf_cnpj, c.name, c.street_address, c.updated_at, c.import_job_id,
        d.channels, d.detail_values, f.field_ids, f.field_values
 FROM unnest($2::text[]) AS k (cpf_cnpj)
 CROSS JOIN LATERAL (
-    SELECT id, cpf_cnpj, name, street_address, updated_at, import_job_id FROM contact
-    WHERE client_id = $1 AND cpf_cnpj = k.cpf_cnpj AND deleted_at IS NULL
+    SELECT id, k.cpf_cnpj, name, street_address, updated_at, import_job_id FROM contact
+    WHERE client_id = $1 AND importer_key_form(cpf_cnpj) = k.cpf_cnpj
+      AND cpf_cnpj IS NOT NULL AND deleted_at IS NULL
     LIMIT 1
 ) AS c
 CROSS JOIN LATERAL (
@@ -39,8 +42,9 @@ SELECT c.id, c.cpf_cnpj, c.name, c.street_address, c.updated_at, c.import_job_id
        r.channels AS revivable_channels, r.detail_values AS revivable_values
 FROM unnest($2::text[]) AS k (cpf_cnpj)
 CROSS JOIN LATERAL (
-    SELECT id, cpf_cnpj, name, street_address, updated_at, import_job_id FROM contact
-    WHERE client_id = $1 AND cpf_cnpj = k.cpf_cnpj AND deleted_at IS NULL
+    SELECT id, k.cpf_cnpj, name, street_address, updated_at, import_job_id FROM contact
+    WHERE client_id = $1 AND importer_key_form(cpf_cnpj) = k.cpf_cnpj
+      AND cpf_cnpj IS NOT NULL AND deleted_at IS NULL
     LIMIT 1
 ) AS c
 CROSS JOIN LATERAL (

@@ -130,16 +130,23 @@ WITH totals AS (
         FROM import_job WHERE id = $1 AND (validation->>'exceeded')::boolean
     ) counted
 ),
+-- A completed run none of whose batches wrote a row (every one failed: its rows all `error`)
+-- ends failed, all_batches_failed (issue 25).
+all_failed AS (
+    SELECT $2 = 'completed' AND t.error > 0 AND t.inserted + t.updated + t.ignored = 0 AS yes
+    FROM totals t
+),
 job AS (
     UPDATE import_job j
     SET status = CASE WHEN $2 IN ('failed', 'cancelled') THEN $2
+                      WHEN a.yes THEN 'failed'
                       WHEN j.created_custom_fields > 0 THEN 'completed_with_placeholders'
                       ELSE 'completed' END,
-        fail_reason = $3,
+        fail_reason = CASE WHEN a.yes THEN 'all_batches_failed' ELSE $3 END,
         rows_read = t.rows_read, inserted = t.inserted, updated = t.updated,
         invalid = t.invalid, error = t.error, ignored = t.ignored,
         awaiting_apply = false, finished_at = $4, updated_at = $4
-    FROM totals t
+    FROM totals t, all_failed a
     WHERE j.id = $1 AND j.status = ANY($5::text[]) AND ($6::text IS NULL OR j.lease_owner = $6)
     RETURNING j.*
 ),
@@ -186,7 +193,10 @@ webhook AS (
 journey AS (
     UPDATE journey_classification_contact c
     SET status = CASE WHEN c.auto_start_journey_mailing THEN 'ACTIVE' ELSE 'PAUSED' END,
-        contact_amount = j.inserted + j.updated, updated_at = $4
+        -- the classification's contacts: distinct ones (a contact may have several links)
+        contact_amount = (SELECT count(DISTINCT l.contact_id) FROM journey_contact l
+                          WHERE l.journey_classification_contact_id = c.id),
+        updated_at = $4
     FROM job j JOIN finalized f ON f.batch_id = j.id
     WHERE c.import_job_id = j.id AND c.status = 'AWAITING_IMPORT'
       AND j.status NOT IN ('failed', 'cancelled')

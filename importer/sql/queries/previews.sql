@@ -71,7 +71,8 @@ WITH folded AS MATERIALIZED (
                 WHEN c.id IS NULL THEN nullif(substr(f.first_address, 12), '')
            END AS street_address
     FROM folded f
-    LEFT JOIN contact c ON c.client_id = $2 AND c.cpf_cnpj = f.key AND c.deleted_at IS NULL
+    LEFT JOIN contact c ON c.client_id = $2 AND importer_key_form(c.cpf_cnpj) = f.key
+        AND c.cpf_cnpj IS NOT NULL AND c.deleted_at IS NULL
 ), effective AS NOT MATERIALIZED (  -- the rows whose values count: all, or DISCARD's
     SELECT k.key, k.simple, r.line, r.details, r.custom_values
     FROM keyed k

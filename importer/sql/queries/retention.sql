@@ -15,10 +15,13 @@ LIMIT $3;
 -- key's groups, its undo journal and merge marks; and its chunk ledger and lanes (issue 26: a
 -- row per batch; its counters are on the job, and a failed or cancelled import resumed or
 -- requeued after it reads its file from the start); then the job says when ($2). A repeat
--- purges nothing more.
+-- purges nothing more. A job being undone is left alone (catalog T41): its journal is the
+-- running undo's ledger. The row lock orders it with the undo: an undo that began first is
+-- seen (undoing: nothing purged, a later sweep purges the undone job); a purge that came first
+-- makes the undo answer retention_expired.
 WITH job AS (
     UPDATE import_job SET purged_at = $2, updated_at = $2
-    WHERE id = $1 AND purged_at IS NULL
+    WHERE id = $1 AND purged_at IS NULL AND status <> 'undoing'
     RETURNING id
 ),
 raw_values AS (

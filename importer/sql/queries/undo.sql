@@ -49,6 +49,12 @@ others AS MATERIALIZED (  -- (import, contact, what) of the client's other impor
         UNION ALL SELECT x, 'detail' FROM unnest(o.detail_contacts) AS x
     ) AS u (contact_id, what)
     WHERE me.id = $1
+    UNION ALL  -- the journey links other imports made since (seed 003 §9)
+    SELECT k.import_job_id, l.contact_id, 'journey'
+    FROM import_job me
+    JOIN journey_classification_contact k ON k.client_id = me.client_id AND k.import_job_id <> me.id
+    JOIN journey_contact l ON l.journey_classification_contact_id = k.id
+    WHERE me.id = $1 AND l.created_at >= (SELECT min(b.after_at) FROM batches b)
 ),
 changed AS (
     SELECT k.id AS contact_id FROM contacts k
@@ -68,6 +74,17 @@ changed AS (
         SELECT 1 FROM contact_details d
         WHERE d.contact_id = u.contact_id AND d.channel_id = u.channel_id AND d.value = u.value
           AND d.deleted_at IS NULL)
+    UNION  -- a channel it added that another import's journey links: it cannot go
+    SELECT u.contact_id
+    FROM batches b
+    CROSS JOIN LATERAL unnest(b.detail_contacts, b.detail_channels, b.detail_values)
+        AS u (contact_id, channel_id, value)
+    JOIN contact_details d
+      ON d.contact_id = u.contact_id AND d.channel_id = u.channel_id AND d.value = u.value
+     AND d.deleted_at IS NULL
+    JOIN journey_contact l ON l.contact_detail_id = d.id
+    JOIN journey_classification_contact k
+      ON k.id = l.journey_classification_contact_id AND k.import_job_id <> $1
     UNION
     SELECT c.id FROM batches b
     CROSS JOIN LATERAL unnest(b.created) AS u (id)
@@ -86,10 +103,67 @@ GROUP BY f.contact_id
 ORDER BY f.contact_id;
 
 -- name: begin_undo
--- The job enters (or stays in) undoing. $2: the statuses an undo starts from.
-UPDATE import_job SET status = 'undoing', updated_at = now()
+-- The job enters (or stays in) undoing under the lease of $3 for $4 seconds (renew_undo renews
+-- it with each slice; fail_stale_undos fails an undo whose lease expired). $2: the statuses an
+-- undo starts from. A failed undo's reason goes: the retry is under way.
+UPDATE import_job
+SET status = 'undoing', updated_at = now(), lease_owner = $3,
+    lease_expires_at = now() + make_interval(secs => $4),
+    fail_reason = CASE WHEN fail_reason LIKE 'undo\_failed%' THEN NULL ELSE fail_reason END
 WHERE id = $1 AND status = ANY($2::text[])
 RETURNING id;
+
+-- name: lock_undo_journey
+-- The journey classification of import $1 (seed 003 §9), locked for the undo's decision: the
+-- journey component cannot start it meanwhile.
+SELECT id, status FROM journey_classification_contact WHERE import_job_id = $1 FOR UPDATE;
+
+-- name: cancel_undo_journey
+-- The undo takes the import's contacts out of its journey: the classification ends CANCELED.
+UPDATE journey_classification_contact SET status = 'CANCELED', updated_at = now()
+WHERE import_job_id = $1 AND status <> 'CANCELED';
+
+-- name: renew_undo
+-- A slice renews the undo's lease ($2, its owner; $3 seconds); no row: the lease was lost (a
+-- sweep failed the undo, or another undo took it over).
+UPDATE import_job SET lease_expires_at = now() + make_interval(secs => $3)
+WHERE id = $1 AND status = 'undoing' AND lease_owner = $2
+RETURNING id;
+
+-- name: fail_undo
+-- A step of the undo failed: the job is failed with the reason ($2), its lease released; the
+-- rest of its journal stays, and undoing it again resumes there.
+UPDATE import_job
+SET status = 'failed', fail_reason = $2, lease_owner = NULL, lease_expires_at = NULL,
+    updated_at = now()
+WHERE id = $1 AND status = 'undoing'
+RETURNING id;
+
+-- name: fail_stale_undos
+-- The undos whose process stopped (their lease expired, or an undo from before the lease):
+-- failed with the reason $1, the owner undoes them again; at most $2.
+UPDATE import_job
+SET status = 'failed', fail_reason = $1, lease_owner = NULL, lease_expires_at = NULL,
+    updated_at = now()
+WHERE id IN (
+    SELECT id FROM import_job
+    WHERE status = 'undoing' AND coalesce(lease_expires_at, '-infinity') <= now()
+    LIMIT $2 FOR UPDATE SKIP LOCKED)
+RETURNING id;
+
+-- name: undo_journey_links
+-- Up to $2 of the journey links import $1 made (its classification's), gone first: the
+-- channels they point to go with the batches' slices.
+WITH slice AS (
+    DELETE FROM journey_contact
+    WHERE id IN (
+        SELECT l.id FROM journey_contact l
+        JOIN journey_classification_contact c ON c.id = l.journey_classification_contact_id
+        WHERE c.import_job_id = $1
+        ORDER BY l.id LIMIT $2)
+    RETURNING id
+)
+SELECT count(*) AS slices FROM slice;
 
 -- name: undo_batch
 -- The newest batch row left of import $1's journal (the batches' apply order: chunk, partition,
@@ -206,10 +280,19 @@ RETURNING f.id;
 -- The undo's end: undone, the finalization row says when, and the notification import_undone
 -- (one per undo: its id carries the run).
 WITH job AS (
-    UPDATE import_job SET status = 'undone', undone_at = now(), updated_at = now()
+    UPDATE import_job
+    SET status = 'undone', undone_at = now(), updated_at = now(), lease_owner = NULL,
+        lease_expires_at = NULL
     WHERE id = $1 AND status = 'undoing'
     RETURNING id, client_id, user_id, run_generation, rows_read, inserted, updated, invalid,
               error, ignored
+),
+journey AS (  -- its links are gone (undo_journey_links): the classification has no contact
+    UPDATE journey_classification_contact c
+    SET contact_amount = (SELECT count(DISTINCT l.contact_id) FROM journey_contact l
+                          WHERE l.journey_classification_contact_id = c.id),
+        updated_at = now()
+    FROM job j WHERE c.import_job_id = j.id
 ),
 finalized AS (
     UPDATE import_batch_finalized f SET undone_at = now()

@@ -50,11 +50,30 @@ ORDER BY line, column_name NULLS FIRST, reason;
 
 -- name: duplicate_rows
 -- The duplicate-resolution report's competitions, a (key, field)'s in batch order
--- (core.duplicates combines them into one row); losing_lines as JSON text.
-SELECT e ->> 0 AS key, e ->> 1 AS field, e ->> 2 AS winner_value,
-       (e ->> 3)::integer AS winner_line, e ->> 4 AS losing_lines,
-       (e ->> 5)::boolean AS loser_stored, e ->> 6 AS rule
-FROM import_duplicate d
-CROSS JOIN LATERAL json_array_elements(convert_from(d.competitions, 'UTF8')::json) AS e
-WHERE d.job_id = $1
-ORDER BY key, field, d.chunk_no, d.batch_line;
+-- (core.duplicates combines them into one row); losing_lines as JSON text. With them, the
+-- sources of the (key, field)s that compete (rule 'source': the line that gave the value an
+-- earlier batch wrote without a competition), so a later competition names that line.
+WITH competitions AS MATERIALIZED (
+    SELECT e ->> 0 AS key, e ->> 1 AS field, e ->> 2 AS winner_value,
+           (e ->> 3)::integer AS winner_line, e ->> 4 AS losing_lines,
+           (e ->> 5)::boolean AS loser_stored, e ->> 6 AS rule, d.chunk_no, d.batch_line
+    FROM import_duplicate d
+    CROSS JOIN LATERAL json_array_elements(convert_from(d.competitions, 'UTF8')::json) AS e
+    WHERE d.job_id = $1
+),
+competing AS MATERIALIZED (SELECT DISTINCT key, field FROM competitions),
+sources AS (  -- [key, line, fields]; no fields: a new key's row, every field that competes
+    SELECT c.key, c.field, NULL::text AS winner_value,
+           (s ->> 1)::integer AS winner_line, '[]' AS losing_lines, false AS loser_stored,
+           'source' AS rule, d.chunk_no, d.batch_line
+    FROM import_duplicate d
+    CROSS JOIN LATERAL json_array_elements(convert_from(d.sources, 'UTF8')::json) AS s
+    JOIN competing c
+      ON c.key = s ->> 0
+     AND (json_array_length(s -> 2) = 0
+          OR c.field IN (SELECT json_array_elements_text(s -> 2)))
+    WHERE d.job_id = $1 AND d.sources IS NOT NULL
+)
+SELECT key, field, winner_value, winner_line, losing_lines, loser_stored, rule
+FROM (SELECT * FROM competitions UNION ALL SELECT * FROM sources) entries
+ORDER BY key, field, chunk_no, batch_line, rule <> 'source';  -- a batch's sources first
