@@ -382,10 +382,11 @@ async def run_workers(settings: Settings, count: int) -> None:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Maintained:
-    """What ``importer maintenance`` did: previews expired, the retention sweep's count,
-    webhook attempts made."""
+    """What ``importer maintenance`` did: previews expired, stale undos failed, the retention
+    sweep's count, webhook attempts made."""
 
     previews_expired: int
+    undos_failed: int
     swept: maintenance.Swept
     webhook_attempts: int
 
@@ -398,12 +399,13 @@ async def run_maintenance(settings: Settings, now: dt.datetime) -> Maintained:
     store = PostgresJobQueue(pool, compiled=settings.compiled)
     try:
         expired = await maintenance.expire_previews(store)
+        undos_failed = await store.fail_stale_undos()  # an undo whose process stopped
         swept = await maintenance.sweep_retention(store, object_store(settings), settings, now)
         attempts = await webhook_delivery(settings, pool).deliver_once()
     finally:
         await store.close()
         await pool.close()
-    return Maintained(expired, swept, attempts)
+    return Maintained(expired, undos_failed, swept, attempts)
 
 
 @contextlib.asynccontextmanager

@@ -257,7 +257,9 @@ def _maintenance(settings: Settings, args: argparse.Namespace) -> int:
     except ImporterError as exc:
         print(f"importer: maintenance failed: {exc}", file=sys.stderr)
         return 1
-    document = maintenance_document(done.previews_expired, done.swept, done.webhook_attempts)
+    document = maintenance_document(
+        done.previews_expired, done.undos_failed, done.swept, done.webhook_attempts
+    )
     if args.json:
         sys.stdout.write(orjson.dumps(document).decode() + "\n")
     else:

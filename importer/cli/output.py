@@ -241,11 +241,12 @@ def columns_table(step: ColumnsStep) -> Table:
 
 
 def maintenance_document(
-    previews_expired: int, swept: maintenance.Swept, webhook_attempts: int
+    previews_expired: int, undos_failed: int, swept: maintenance.Swept, webhook_attempts: int
 ) -> dict[str, int]:
     """``importer maintenance --json``: what each sweep did."""
     return {
         "previews_expired": previews_expired,
+        "undos_failed": undos_failed,
         **dataclasses.asdict(swept),
         "webhook_attempts": webhook_attempts,
     }
@@ -254,7 +255,8 @@ def maintenance_document(
 def maintenance_line(document: Mapping[str, int]) -> str:
     """``importer maintenance``'s one summary line."""
     return (
-        f"importer: maintenance: {document['previews_expired']} previews expired;"
+        f"importer: maintenance: {document['previews_expired']} previews expired,"
+        f" {document['undos_failed']} stale undos failed;"
         f" {document['jobs']} imports purged ({document['objects']} files,"
         f" {document['raw_values']} raw values, {document['journal_rows']} journal rows,"
         f" {document['ledger_rows']} ledger rows); {document['outbox']} outbox messages and"

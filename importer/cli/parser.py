@@ -380,14 +380,10 @@ def _add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
 
 
 MAINTENANCE_EPILOG = """\
-What the workers of `importer serve` and `importer worker` do on their own, once: cancel the
-previews past IMPORTER_PREVIEW_TTL_S; purge the imports ended more than IMPORTER_RETENTION_DAYS
-ago (uploaded file, raw report values, undo journal, chunk ledger); delete the outbox messages
-published more than IMPORTER_OUTBOX_RETENTION_DAYS ago (without RABBITMQ_URL, the unpublished
-ones too) and the webhook deliveries ended more than IMPORTER_WEBHOOK_RETENTION_DAYS ago; attempt
-the webhook deliveries due. For a deployment that only uses the command line (deploy/:
-importer-maintenance.timer). exit status: 0 done, 1 a sweep failed (what it committed stays),
-2 a usage or configuration error.
+The workers' sweeps, once (see docs/OPERATIONS.md, Bounded tables): expire previews, fail
+stale undos, purge imports past IMPORTER_RETENTION_DAYS, delete old outbox messages and webhook
+deliveries, attempt the deliveries due. For a command-line deployment (deploy/: a systemd
+timer). exit status: 0 done, 1 a sweep failed, 2 a usage or configuration error.
 """
 
 

@@ -77,7 +77,7 @@ async def test_maintenance_runs_the_sweeps_once(db_dsn: str, tmp_path: Path) -> 
 
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
-    assert document["previews_expired"] == 1
+    assert (document["previews_expired"], document["undos_failed"]) == (1, 0)
     assert (document["jobs"], document["raw_values"], document["ledger_rows"]) == (1, 1, 1)
     assert (document["outbox"], document["webhooks"]) == (1, 1)
     rows = await fetch(
@@ -103,7 +103,9 @@ async def test_maintenance_runs_the_sweeps_once(db_dsn: str, tmp_path: Path) -> 
 
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("\n") == 1, again.stdout
-    assert again.stdout.startswith("importer: maintenance: 0 previews expired; 0 imports purged")
+    assert again.stdout.startswith(
+        "importer: maintenance: 0 previews expired, 0 stale undos failed; 0 imports purged"
+    )
 
 
 def test_maintenance_without_a_database_is_a_configuration_error(tmp_path: Path) -> None:
