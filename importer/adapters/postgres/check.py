@@ -21,7 +21,7 @@ async def legacy_findings(dsn: str, client_id: int | None) -> AsyncIterator[Lega
         conn = await asyncpg.connect(dsn)
         try:
             async with conn.transaction(isolation="repeatable_read", readonly=True):
-                for row in await conn.fetch(sql["check_key_duplicates"], client_id):
+                for row in await conn.fetch(sql["check_key_duplicates"], client_id, None):
                     yield duplicate(
                         row["client_id"], row["key_form"], row["contact_ids"], row["stored_keys"]
                     )

@@ -202,7 +202,7 @@ async def _key_form_index(conn: Conn) -> None:
         await conn.execute(sql["create_contact_key_form_index"])
     except asyncpg.exceptions.UniqueViolationError:
         await conn.execute(sql["drop_contact_key_form_index"])
-        found = await conn.fetch(sql["key_form_duplicates"], _DUPLICATES_SHOWN)
+        found = await conn.fetch(sql["check_key_duplicates"], None, _DUPLICATES_SHOWN)
         raise MigrationBlockedError(_duplicates_message(found)) from None
 
 

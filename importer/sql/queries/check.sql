@@ -2,14 +2,16 @@
 -- $1 a client or NULL for every client. The scans stream through a cursor.
 
 -- name: check_key_duplicates
--- Live contacts of one client whose keys share a normal form, oldest first.
+-- Live contacts of one client whose keys share a normal form, oldest first (what blocks the
+-- migration's contact_client_key_form_key); $2: at most this many groups, NULL for all.
 SELECT client_id, importer_key_form(cpf_cnpj) AS key_form,
        array_agg(id ORDER BY id) AS contact_ids, array_agg(cpf_cnpj ORDER BY id) AS stored_keys
 FROM contact
 WHERE cpf_cnpj IS NOT NULL AND deleted_at IS NULL AND ($1::int IS NULL OR client_id = $1)
 GROUP BY client_id, importer_key_form(cpf_cnpj)
 HAVING count(*) > 1
-ORDER BY client_id, key_form;
+ORDER BY client_id, key_form
+LIMIT $2;
 
 -- name: check_keys
 -- Every live contact's stored key (validated in core.legacy).

@@ -20,15 +20,3 @@ DROP INDEX CONCURRENTLY IF EXISTS contact_client_key_form_key;
 CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS contact_client_key_form_key
     ON contact (client_id, importer_key_form(cpf_cnpj))
     WHERE cpf_cnpj IS NOT NULL AND deleted_at IS NULL;
-
--- name: key_form_duplicates
--- Live contacts of one client whose keys share a normal form (what blocks the index above):
--- up to $1 groups, oldest contact first.
-SELECT client_id, importer_key_form(cpf_cnpj) AS key_form,
-       array_agg(id ORDER BY id) AS contact_ids, array_agg(cpf_cnpj ORDER BY id) AS stored_keys
-FROM contact
-WHERE cpf_cnpj IS NOT NULL AND deleted_at IS NULL
-GROUP BY client_id, importer_key_form(cpf_cnpj)
-HAVING count(*) > 1
-ORDER BY client_id, key_form
-LIMIT $1;
